@@ -1,0 +1,128 @@
+"""Scaffold: test-time-compute graphs of sequential, parallel and aggregative model calls.
+
+Example:
+    >>> import scaffold as sf
+    >>> from scaffold.testing import ScriptedBackend
+    >>> @sf.graph
+    ... def rsa(problem, *, n: int = 4, k: int = 2, steps: int = 2):
+    ...     pop = sf.sample("Solve: {problem}", model="solver", n=n)
+    ...     for _ in range(steps):
+    ...         pop = sf.aggregate(pop, model="solver", k=k, n=n)
+    ...     return sf.vote(pop)
+    >>> solver = ScriptedBackend(lambda request: r"so the answer is \\boxed{7}")
+    >>> rsa.run_sync({"problem": "3+4"}, models={"solver": solver}, seed=0).answer
+    '7'
+"""
+
+from scaffold.answers import equivalent, extract_boxed, extract_last_number
+from scaffold.backends.base import Backend, Capabilities, Model
+from scaffold.builder import Input
+from scaffold.control import loop
+from scaffold.errors import (
+    BackendError,
+    CallError,
+    CallTimeout,
+    EmptyInputError,
+    EmptySetError,
+    GraphDefinitionError,
+    GraphError,
+    InputError,
+    ModelAliasError,
+    QuorumError,
+    RunError,
+    RunTimeout,
+    ScaffoldError,
+    SubsetSizeError,
+    TemplateError,
+)
+from scaffold.events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
+from scaffold.executor import format_candidates
+from scaffold.graph import Graph, GraphFunction, graph
+from scaffold.limits import InFlightLimit
+from scaffold.nodes import Node, Quorum, RuleOutput
+from scaffold.primitives import AGGREGATE_PROMPT, aggregate, candidates, generate, sample
+from scaffold.result import RunResult
+from scaffold.rules import agreement, best_of, cluster_answers, concat, map_traces, top_k, vote, weighted_vote
+from scaffold.selectors import AllMembers, CustomSelector, Each, Partition, RandomSubsets, Selector
+from scaffold.template import Template
+from scaffold.types import Completion, Message, Request, Status, Trace, TraceKind, Usage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # building graphs
+    "graph",
+    "Graph",
+    "GraphFunction",
+    "Node",
+    "Input",
+    "Template",
+    "AGGREGATE_PROMPT",
+    # primitives
+    "generate",
+    "sample",
+    "aggregate",
+    "candidates",
+    # rules and set operations
+    "vote",
+    "weighted_vote",
+    "best_of",
+    "top_k",
+    "concat",
+    "map_traces",
+    "cluster_answers",
+    "RuleOutput",
+    # control
+    "loop",
+    "agreement",
+    "Quorum",
+    # subset selection
+    "Selector",
+    "AllMembers",
+    "RandomSubsets",
+    "Partition",
+    "Each",
+    "CustomSelector",
+    "format_candidates",
+    # answers
+    "extract_boxed",
+    "extract_last_number",
+    "equivalent",
+    # backends
+    "Backend",
+    "Capabilities",
+    "Model",
+    "InFlightLimit",
+    # records
+    "Trace",
+    "TraceKind",
+    "Status",
+    "Request",
+    "Message",
+    "Completion",
+    "Usage",
+    "RunResult",
+    # events
+    "Event",
+    "Subscriber",
+    "RunStarted",
+    "CallStarted",
+    "TraceFinished",
+    "RunFinished",
+    # errors
+    "ScaffoldError",
+    "GraphError",
+    "SubsetSizeError",
+    "EmptySetError",
+    "TemplateError",
+    "ModelAliasError",
+    "GraphDefinitionError",
+    "InputError",
+    "RunError",
+    "CallError",
+    "QuorumError",
+    "EmptyInputError",
+    "BackendError",
+    "CallTimeout",
+    "RunTimeout",
+]

@@ -1,0 +1,120 @@
+"""Answer extraction and mathematical equivalence.
+
+``extract_boxed`` pulls the last ``\\boxed{...}`` (nested braces allowed).
+``equivalent`` says whether two answers are the same number or expression: a
+cheap normalised string comparison first, then math-verify (imported lazily,
+called without its signal-based timeouts so it works in any thread).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+Extractor = Callable[[str], "str | None"]
+"""Turns an output text into its final answer, or ``None`` when there is none."""
+
+Equivalence = Callable[[str, str], bool]
+"""Says whether two extracted answers are the same."""
+
+def extract_boxed(text: str) -> str | None:
+    """Return the content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``.
+
+    Example:
+        >>> extract_boxed(r"so \\boxed{\\frac{1}{2}}.")
+        '\\\\frac{1}{2}'
+        >>> extract_boxed("no answer") is None
+        True
+    """
+    end = len(text)
+    while True:
+        boxed, fbox = text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end)
+        at = max(boxed, fbox)
+        if at < 0:
+            return None
+        found = _boxed_content(text, at + (6 if at == boxed else 5))
+        if found is not None:
+            return found
+        end = at
+
+
+def _boxed_content(text: str, start: int) -> str | None:
+    while start < len(text) and text[start] == " ":
+        start += 1
+    if start >= len(text):
+        return None
+    if text[start] != "{":  # "\boxed 5"
+        m = re.match(r"[^\s$.,;{}]+", text[start:])
+        return m.group(0) if m else None
+    depth = 0
+    for i in range(start, len(text)):
+        c = text[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i].strip()
+    return None
+
+
+def extract_last_number(text: str) -> str | None:
+    """Return the last integer or decimal in ``text`` (a fallback extractor, GSM8K style).
+
+    Example:
+        >>> extract_last_number("it costs 1,200 dollars, i.e. 12.5 each")
+        '12.5'
+    """
+    found = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    return found[-1].replace(",", "") if found else None
+
+
+_SPACE = re.compile(r"\s+|\\[,;!: ]|\\left|\\right|\$")
+
+
+def normalise(answer: str) -> str:
+    """A cheap canonical form: no spaces, no ``$``, no ``\\left``/``\\right``, ``dfrac``→``frac``."""
+    s = _SPACE.sub("", answer).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    if s.startswith("\\text{") and s.endswith("}"):
+        s = s[6:-1]
+    return s.rstrip(".")
+
+
+@lru_cache(maxsize=65536)
+def _parsed(answer: str) -> Any:
+    from math_verify import parse
+
+    # ``\boxed`` makes math-verify read the string as a final answer; timeouts off: they use signals.
+    return parse("\\boxed{" + answer + "}", parsing_timeout=None)
+
+
+@lru_cache(maxsize=65536)
+def _math_equal(a: str, b: str) -> bool:
+    from math_verify import verify
+
+    pa, pb = _parsed(a), _parsed(b)
+    if not pa or not pb:
+        return False
+    try:
+        return bool(verify(pa, pb, timeout_seconds=None)) or bool(verify(pb, pa, timeout_seconds=None))
+    except Exception:  # math-verify raises on exotic input; unequal is the safe answer
+        return False
+
+
+def equivalent(a: str | None, b: str | None) -> bool:
+    """True when two answers are the same mathematical value (``"1/2"`` and ``"0.5"``).
+
+    Example:
+        >>> equivalent("1/2", "0.5")
+        True
+    """
+    if a is None or b is None:
+        return False
+    na, nb = normalise(a), normalise(b)
+    if na == nb:
+        return True
+    if not na or not nb:
+        return False
+    return _math_equal(*sorted((na, nb)))

@@ -1,0 +1,103 @@
+"""Typed errors. Build-time mistakes and run-time failures are separate families.
+
+::
+
+    ScaffoldError
+    ├── GraphError (ValueError)          raised while building or validating a graph, before any call
+    │   ├── SubsetSizeError              k > n, n < 1, k < 1
+    │   ├── EmptySetError                aggregating or voting over a set that is empty by construction
+    │   ├── TemplateError                a prompt template names a variable nothing provides
+    │   ├── ModelAliasError              a graph uses an alias the run does not bind (lists the known ones)
+    │   └── GraphDefinitionError         anything else malformed (wrong argument types, bad selector...)
+    ├── InputError (ValueError)          a run's inputs do not fit the graph (missing variable, bad candidate row)
+    └── RunError (RuntimeError)          failures while a run executes
+        ├── CallError                    a model call failed under the fail-fast policy (``.trace`` has the record)
+        ├── QuorumError                  fewer successes than a node's quorum
+        ├── EmptyInputError              every member of a set failed or was dropped
+        ├── BackendError                 raised by backends; ``retryable`` says whether a retry may help
+        ├── CallTimeout (TimeoutError)   one call ran past its timeout
+        └── RunTimeout (TimeoutError)    the whole run ran past its timeout
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scaffold.types import Trace
+
+
+class ScaffoldError(Exception):
+    """Root of every error Scaffold raises."""
+
+
+class GraphError(ScaffoldError, ValueError):
+    """A graph is malformed; raised at build or validation time, before any model call."""
+
+
+class SubsetSizeError(GraphError):
+    """A size parameter is impossible (``k > n``, ``n < 1``, ``k < 1``)."""
+
+
+class EmptySetError(GraphError):
+    """An aggregation, vote or selection reads a set that is empty by construction."""
+
+
+class TemplateError(GraphError):
+    """A prompt template uses a variable that neither the graph inputs nor the node provide."""
+
+
+class ModelAliasError(GraphError):
+    """A graph uses a model alias that the run does not bind."""
+
+
+class GraphDefinitionError(GraphError):
+    """Any other malformed graph: wrong argument types, bad selector output, misuse of the DSL."""
+
+
+class InputError(ScaffoldError, ValueError):
+    """A run's inputs do not fit the graph."""
+
+
+class RunError(ScaffoldError, RuntimeError):
+    """A failure while a run executes."""
+
+
+class CallError(RunError):
+    """A model call failed and the node's policy does not tolerate failures.
+
+    ``trace`` is the recorded failed trace (status ``error``).
+    """
+
+    def __init__(self, message: str, trace: Trace | None = None) -> None:
+        super().__init__(message)
+        self.trace = trace
+
+
+class QuorumError(RunError):
+    """A node finished with fewer successful members than its quorum."""
+
+
+class EmptyInputError(RunError):
+    """Every member of the set a node reads failed or was dropped."""
+
+
+class BackendError(RunError):
+    """Raised by a backend for a failed request.
+
+    ``retryable`` says whether sending the same request again may succeed (rate limits,
+    5xx, dropped connections) or not (authentication, bad request, context length).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status_code = status_code
+
+
+class CallTimeout(RunError, TimeoutError):
+    """One model call ran past its timeout."""
+
+
+class RunTimeout(RunError, TimeoutError):
+    """A whole run ran past its timeout; in-flight calls were cancelled and recorded."""

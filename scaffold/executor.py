@@ -1,0 +1,540 @@
+"""The dataflow executor: every trace is a slot, every call starts when its own inputs exist.
+
+A run expands the graph into slots (one per trace) and jobs (one per request or
+rule evaluation). A job counts the slots it still waits for; when the last one
+resolves, it fires. There are no steps or barriers: in RSA, an aggregation of
+step t+1 is sent as soon as the k members it drew from step t are done.
+
+The main loop, :meth:`Run.execute`:
+  1) validate and bind model aliases,
+  2) expand nodes in build order into slots and jobs (subsets drawn from the run's seed),
+  3) fire the jobs that wait for nothing,
+  4) wait until every slot is resolved, or the first failure the policies do not tolerate,
+  5) cancel and record what was in flight, and assemble the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from scaffold.answers import Extractor, extract_boxed
+from scaffold.backends.base import Model, resolve_model
+from scaffold.describe import check_run_sizes
+from scaffold.errors import (
+    BackendError,
+    CallError,
+    CallTimeout,
+    EmptyInputError,
+    GraphError,
+    InputError,
+    ModelAliasError,
+    QuorumError,
+    RunError,
+    RunTimeout,
+)
+from scaffold.events import CallStarted, RunFinished, RunStarted, Subscriber, TraceFinished
+from scaffold.nodes import (
+    CallNode,
+    GateNode,
+    LoopResultNode,
+    MapNode,
+    Node,
+    Quorum,
+    RuleNode,
+    RuleOutput,
+    SelectNode,
+    derive_rng,
+    external_trace,
+)
+from scaffold.result import RunResult
+from scaffold.types import Completion, Message, Request, Status, Trace, TraceKind, fast_new
+
+if TYPE_CHECKING:
+    import random
+
+    from scaffold.graph import Graph
+
+SKIPPED = Trace(id="", run_id="", node="", index=-1, status=Status.SKIPPED)
+_GO = Trace(id="", run_id="", node="", index=-1)
+_MISSING = Trace(id="", run_id="", node="", index=-1, status=Status.ERROR, error="fewer members than k succeeded")
+
+
+class Slot:
+    """Placeholder for one trace; resolved exactly once."""
+
+    __slots__ = ("trace", "waiters")
+
+    def __init__(self) -> None:
+        self.trace: Trace | None = None
+        self.waiters: list[_Job] | None = None
+
+
+class _Job:
+    __slots__ = ("missing", "skipped", "outs", "fire")
+
+    def __init__(self, outs: list[Slot], fire: Callable[[], None]) -> None:
+        self.missing = 0
+        self.skipped = False
+        self.outs = outs
+        self.fire = fire
+
+
+def call_seed(run_seed: int, node: str, index: int) -> int:
+    """The seed a request gets: a pure function of the run seed, the node name and the index."""
+    return (run_seed * 1_000_003 + zlib.crc32(node.encode()) * 4099 + index) & 0x7FFFFFFF
+
+
+def format_candidates(traces: Sequence[Trace]) -> str:
+    """Default rendering of a candidate set inside an aggregation prompt."""
+    return "\n\n".join(f"Candidate {i}:\n{t.text}" for i, t in enumerate(traces, 1))
+
+
+class Run:
+    """One execution of a graph on one input (internal; use ``Graph.run``)."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        inputs: Mapping[str, Any],
+        models: Mapping[str, Model],
+        *,
+        run_id: str,
+        seed: int,
+        subscribers: Sequence[Subscriber] = (),
+        call_timeout: float | None = None,
+        extract: Extractor = extract_boxed,
+    ) -> None:
+        self.graph = graph
+        self.inputs = inputs
+        self.models = models
+        self.run_id = run_id
+        self.seed = seed
+        self.subscribers = tuple(subscribers)
+        self.call_timeout = call_timeout
+        self.extract = extract
+        self.slots: list[list[Slot]] = []
+        self.gate_tokens: dict[int, Slot] = {}
+        self.traces: list[Trace] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failures: dict[int, int] = {}
+        self.remaining = 0
+        self.error: BaseException | None = None
+        self.done: asyncio.Future[None] | None = None
+        self._ready: list[_Job] | None = []
+        self._values: dict[int, dict[str, Any]] = {}
+        self._params: dict[int, dict[str, Any]] = {}
+
+    # -- expansion helpers used by nodes ------------------------------------------------
+    def new_slots(self, count: int) -> list[Slot]:
+        self.remaining += count
+        return [Slot() for _ in range(count)]
+
+    def rng(self, node: Node) -> random.Random:
+        return derive_rng(self.seed, node.name)
+
+    def model(self, alias: str) -> Model:
+        return self.models[alias]
+
+    def control_slots(self, node: Node) -> list[Slot]:
+        return [self.gate_tokens[node.control.id]] if node.control is not None else []
+
+    def when_ready(self, deps: list[Slot], outs: list[Slot], fire: Callable[[], None]) -> None:
+        """Fire ``fire`` once every slot in ``deps`` is resolved; skip ``outs`` if any was skipped."""
+        job = _Job(outs, fire)
+        missing = 0
+        for slot in deps:
+            trace = slot.trace
+            if trace is None:
+                missing += 1
+                if slot.waiters is None:
+                    slot.waiters = [job]
+                else:
+                    slot.waiters.append(job)
+            elif trace.status is Status.SKIPPED:
+                job.skipped = True
+        job.missing = missing
+        if not missing:
+            if self._ready is not None:
+                self._ready.append(job)
+            else:
+                self._fire(job)
+
+    def external_slots(self, node: Node, values: Sequence[Any]) -> list[Slot]:
+        outs = self.new_slots(len(values))
+        extract = getattr(node, "extract", None) or self.extract
+        traces = [external_trace(self.run_id, node.name, i, v, extract) for i, v in enumerate(values)]
+        for slot, trace in zip(outs, traces):
+            self.finish(slot, trace)
+        return outs
+
+    # -- resolution ---------------------------------------------------------------------
+    def resolve(self, slot: Slot, trace: Trace) -> None:
+        slot.trace = trace
+        self.remaining -= 1
+        waiters = slot.waiters
+        if waiters is not None:
+            slot.waiters = None
+            skip = trace.status is Status.SKIPPED
+            for job in waiters:
+                if skip:
+                    job.skipped = True
+                job.missing -= 1
+                if not job.missing:
+                    self._fire(job)
+        if not self.remaining and self.done is not None and self._ready is None and not self.done.done():
+            self.done.set_result(None)
+
+    def finish(self, slot: Slot, trace: Trace) -> None:
+        """Record ``trace`` (emit it) and resolve ``slot`` with it."""
+        self.traces.append(trace)
+        if self.subscribers:
+            self.emit(TraceFinished(trace))
+        self.resolve(slot, trace)
+
+    def _fire(self, job: _Job) -> None:
+        if self.error is not None:
+            return
+        if job.skipped:
+            for slot in job.outs:
+                self.resolve(slot, SKIPPED)
+            return
+        try:
+            job.fire()
+        except Exception as exc:  # a rule or selector raised: the run fails with a typed error
+            self.fail(exc if isinstance(exc, RunError) else RunError(f"{type(exc).__name__}: {exc}"))
+
+    def _fire_ready(self) -> None:
+        ready, self._ready = self._ready or [], []
+        for job in ready:
+            self._fire(job)
+
+    def emit(self, event: Any) -> None:
+        for fn in self.subscribers:
+            fn(event)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is not None:
+            return
+        self.error = exc
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+        for task in list(self.tasks):
+            task.cancel()
+
+    # -- model calls ----------------------------------------------------------------------
+    def _node_values(self, node: CallNode) -> dict[str, Any]:
+        values = self._values.get(node.id)
+        if values is None:
+            values = {}
+            for var, (source, value) in node.variables.items():
+                if source == "input":
+                    if value not in self.inputs:
+                        raise InputError(f"node {node.name!r} needs input {value!r}, which the run was not given")
+                    values[var] = self.inputs[value]
+                else:
+                    values[var] = value
+            self._values[node.id] = values
+        return values
+
+    def _node_params(self, node: CallNode, model: Model) -> dict[str, Any]:
+        params = self._params.get(node.id)
+        if params is None:
+            params = {**model.params, **node.params}
+            self._params[node.id] = params
+        return params
+
+    def launch_call(self, node: CallNode, model: Model, members: list[Slot], outs: list[Slot], index: int) -> None:
+        read = [t for s in members if (t := s.trace) is not None and t.status is Status.OK]
+        if members and not read:
+            self.node_failed(node, outs, index, EmptyInputError(f"every member read by {node.name!r} failed"))
+            return
+        values = self._node_values(node)
+        if read or node.context:
+            values = dict(values)
+            if members:
+                values["candidates"] = (node.render or format_candidates)(read)
+                values["k"] = len(read)
+            for key, ctx in node.context.items():
+                ctx_traces = [t for s in self.slots[ctx.id] if (t := s.trace) is not None and t.ok]
+                values[key] = ctx_traces[0].text if ctx.single and ctx_traces else format_candidates(ctx_traces)
+                read.extend(ctx_traces)
+        user = Message("user", node.prompt.render(values))
+        messages = (Message("system", node.system.render(values)), user) if node.system is not None else (user,)
+        request = fast_new(Request, {
+            "messages": messages,
+            "params": self._node_params(node, model),
+            "n": len(outs),
+            "logprobs": node.logprobs,
+            "model": model.name,
+            "seed": call_seed(self.seed, node.name, index),
+        })
+        task = asyncio.get_running_loop().create_task(
+            self._call(node, model, request, tuple(t.id for t in read), outs, index)
+        )
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _call(
+        self, node: CallNode, model: Model, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
+    ) -> None:
+        limit = model.limit
+        if limit is not None:
+            await limit.acquire()
+        started = time.time()
+        t0 = time.perf_counter()
+        try:
+            if self.subscribers:
+                ids = tuple(f"{self.run_id}/{node.name}#{index + i}" for i in range(len(outs)))
+                self.emit(CallStarted(self.run_id, ids, node.alias or ""))
+            if self.call_timeout is None:
+                completions = await model.backend.complete(request)
+            else:
+                try:
+                    async with asyncio.timeout(self.call_timeout):
+                        completions = await model.backend.complete(request)
+                except TimeoutError:
+                    raise CallTimeout(f"call to {node.alias!r} ran past {self.call_timeout}s") from None
+            if len(completions) != request.n:
+                raise BackendError(f"backend returned {len(completions)} completions for n={request.n}")
+        except asyncio.CancelledError:
+            latency = time.perf_counter() - t0
+            for i in range(len(outs)):
+                trace = self._trace(node, request, inputs, index + i, None, started, latency,
+                                    Status.CANCELLED, "cancelled")
+                self.traces.append(trace)
+                if self.subscribers:
+                    self.emit(TraceFinished(trace))
+            raise
+        except Exception as exc:
+            latency = time.perf_counter() - t0
+            self.node_failed(node, outs, index, exc, request, inputs, started, latency)
+            return
+        finally:
+            if limit is not None:
+                limit.release()
+        latency = time.perf_counter() - t0
+        for i, (slot, completion) in enumerate(zip(outs, completions)):
+            self.finish(slot, self._trace(node, request, inputs, index + i, completion, started, latency))
+
+    def _trace(
+        self, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, completion: Completion | None,
+        started: float, latency: float, status: Status = Status.OK, error: str | None = None,
+    ) -> Trace:
+        if completion is None:
+            return Trace(
+                id=f"{self.run_id}/{node.name}#{index}", run_id=self.run_id, node=node.name, index=index,
+                model=node.alias, request=request, inputs=inputs, latency=latency, started_at=started,
+                status=status, error=error,
+            )
+        text = completion.text
+        return fast_new(Trace, {
+            "id": f"{self.run_id}/{node.name}#{index}", "run_id": self.run_id, "node": node.name, "index": index,
+            "model": node.alias, "request": request, "text": text, "answer": (node.extract or self.extract)(text),
+            "token_ids": completion.token_ids, "logprobs": completion.logprobs, "usage": completion.usage,
+            "cost": completion.cost, "latency": latency, "started_at": started, "inputs": inputs,
+            "metadata": completion.metadata,
+        })
+
+    def node_failed(
+        self, node: Node, outs: list[Slot], index: int, exc: BaseException, request: Request | None = None,
+        inputs: tuple[str, ...] = (), started: float = 0.0, latency: float = 0.0,
+    ) -> None:
+        """Record failed traces for ``outs`` and apply the node's failure policy."""
+        message = f"{type(exc).__name__}: {exc}"
+        traces = [
+            Trace(id=f"{self.run_id}/{node.name}#{index + i}", run_id=self.run_id, node=node.name, index=index + i,
+                  kind=TraceKind.MODEL if isinstance(node, CallNode) else TraceKind.RULE, model=node.alias,
+                  request=request, inputs=inputs, latency=latency, started_at=started,
+                  status=Status.ERROR, error=message)
+            for i in range(len(outs))
+        ]
+        policy = node.on_error
+        if policy == "raise":
+            for trace in traces:
+                self.traces.append(trace)
+                if self.subscribers:
+                    self.emit(TraceFinished(trace))
+            if isinstance(exc, RunError) and not isinstance(exc, (BackendError, CallTimeout)):
+                exc_out: BaseException = exc
+            else:
+                exc_out = CallError(f"{node.name}#{index} failed: {message}", traces[0])
+                exc_out.__cause__ = exc
+            self.fail(exc_out)
+            return
+        failed = self.failures[node.id] = self.failures.get(node.id, 0) + len(outs)
+        for slot, trace in zip(outs, traces):
+            self.finish(slot, trace)
+        if isinstance(policy, Quorum):
+            total = len(self.slots[node.id])
+            if total - failed < policy.k:
+                self.fail(QuorumError(
+                    f"node {node.name!r}: {total - failed} of {total} succeeded, quorum is {policy.k}"))
+
+    # -- rules and set operations -----------------------------------------------------------
+    def _ok(self, members: list[Slot]) -> list[Trace]:
+        return [t for s in members if (t := s.trace) is not None and t.status is Status.OK]
+
+    def launch_rule(self, node: RuleNode, members: list[Slot], out: Slot) -> None:
+        read = self._ok(members)
+        if not read:
+            self.node_failed(node, [out], 0, EmptyInputError(f"every member read by {node.name!r} failed"))
+            return
+        assert node.fn is not None
+        try:
+            result = node.fn(read)
+        except Exception as exc:  # user code in a rule (scorer, weight): recorded as the rule's failure
+            self.node_failed(node, [out], 0, exc)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.get_running_loop().create_task(self._await_rule(node, read, out, result))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        else:
+            self._rule_done(node, read, out, result)
+
+    async def _await_rule(self, node: RuleNode, read: list[Trace], out: Slot, pending: Any) -> None:
+        try:
+            result = await pending
+        except Exception as exc:
+            self.node_failed(node, [out], 0, exc)
+            return
+        self._rule_done(node, read, out, result)
+
+    def _rule_done(self, node: RuleNode, read: list[Trace], out: Slot, result: RuleOutput) -> None:
+        trace = Trace(
+            id=f"{self.run_id}/{node.name}#0", run_id=self.run_id, node=node.name, index=0, kind=TraceKind.RULE,
+            text=result.text, answer=result.answer, inputs=tuple(t.id for t in read), started_at=time.time(),
+            metadata=result.metadata,
+        )
+        self.finish(out, trace)
+
+    def launch_map(self, node: MapNode, member: Slot, out: Slot, index: int) -> None:
+        source = member.trace
+        assert source is not None and node.fn is not None
+        if not source.ok:
+            self.resolve(out, source)
+            return
+        value = node.fn(source)
+        if isinstance(value, RuleOutput):
+            text, answer, metadata = value.text, value.answer, value.metadata
+        elif isinstance(value, str):
+            text, answer, metadata = value, (node.extract or self.extract)(value), {}
+        else:
+            raise RunError(f"map_traces {node.name!r}: the function returned {type(value).__name__}, not a string")
+        self.finish(out, Trace(
+            id=f"{self.run_id}/{node.name}#{index}", run_id=self.run_id, node=node.name, index=index,
+            kind=TraceKind.RULE, text=text, answer=answer, inputs=(source.id,), started_at=time.time(),
+            metadata=metadata,
+        ))
+
+    def launch_select(self, node: SelectNode, members: list[Slot], outs: list[Slot]) -> None:
+        read = self._ok(members)
+        assert node.score is not None
+        ranked = sorted(read, key=node.score, reverse=True)[: node.k]
+        for i, slot in enumerate(outs):
+            self.resolve(slot, ranked[i] if i < len(ranked) else _MISSING)
+
+    def launch_gate(self, node: GateNode, members: list[Slot], outs: list[Slot], token: Slot) -> None:
+        assert node.until is not None
+        stop = bool(node.until(self._ok(members)))
+        for member, slot in zip(members, outs):
+            self.resolve(slot, SKIPPED if stop else member.trace)  # type: ignore[arg-type]
+        self.resolve(token, SKIPPED if stop else _GO)
+
+    def launch_loop_result(self, node: LoopResultNode, sets: list[list[Slot]], outs: list[Slot]) -> None:
+        chosen = sets[0]
+        for slots in sets:
+            if slots and all(s.trace is not None and s.trace.status is not Status.SKIPPED for s in slots):
+                chosen = slots
+        if len(chosen) != len(outs):
+            raise RunError(f"loop {node.name!r}: an iteration returned {len(chosen)} traces, its input had {len(outs)}")
+        for slot, src in zip(outs, chosen):
+            self.resolve(slot, src.trace)  # type: ignore[arg-type]
+
+    async def _expand_and_wait(self) -> None:
+        assert self.done is not None
+        nodes = self.graph.nodes
+        # 2) expand the nodes that read nothing and send their calls at once
+        sources = [n for n in nodes if not n.reads and n.control is None]
+        for node in sources:
+            self.slots[node.id] = node.expand(self)
+        self._fire_ready()
+        await asyncio.sleep(0)  # let every concurrent run send its first requests before anyone expands more
+        # 3) expand the other nodes one at a time, yielding in between: with many concurrent runs the
+        #    expansion (subset draws, jobs) overlaps the first calls' latency instead of delaying them
+        for node in nodes:
+            if node in sources:
+                continue
+            await asyncio.sleep(0)
+            if self.error is not None:
+                break
+            try:
+                self.slots[node.id] = node.expand(self)
+            except Exception as exc:  # e.g. a custom selector misbehaving at run time
+                self.fail(exc if isinstance(exc, (RunError, GraphError)) else RunError(str(exc)))
+                break
+            self._fire_ready()
+        self._ready = None
+        if not self.remaining and not self.done.done():
+            self.done.set_result(None)
+        # 4) wait for every slot, or the first failure that the policies do not tolerate
+        await self.done
+
+    # -- the main loop ----------------------------------------------------------------------------
+    async def execute(self, timeout: float | None = None) -> RunResult:
+        started = time.time()
+        # 1) check sizes that only the inputs decide (candidate sets), before anything is sent
+        if self.graph.set_inputs:
+            check_run_sizes(self.graph, self.inputs)
+        if self.subscribers:
+            self.emit(RunStarted(self.run_id, self.graph.name, dict(self.inputs), self.seed,
+                                 dict(self.graph.params), self.graph.spec()))
+        self.done = asyncio.get_running_loop().create_future()
+        self.slots = [[] for _ in self.graph.nodes]
+        status = "ok"
+        try:
+            if timeout is None:
+                await self._expand_and_wait()
+            else:
+                async with asyncio.timeout(timeout):
+                    await self._expand_and_wait()
+        except TimeoutError:
+            status = "timeout"
+            self.fail(RunTimeout(f"run {self.run_id} ran past {timeout}s"))
+        except asyncio.CancelledError:
+            status = "cancelled"
+            self.fail(RunError(f"run {self.run_id} was cancelled"))
+        # 5) cancel and record what is still in flight
+        if self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        if self.error is not None and status == "ok":
+            status = "error"
+        result = RunResult(
+            run_id=self.run_id, graph=self.graph.name, inputs=self.inputs, seed=self.seed, status=status,
+            output=self.graph.collect(self.slots) if self.error is None else None, traces=self.traces,
+            error=self.error, started_at=started, finished_at=time.time(),
+        )
+        if self.subscribers:
+            self.emit(RunFinished(result))
+        if status == "cancelled":
+            raise asyncio.CancelledError
+        return result
+
+
+def bind_models(graph: Graph, models: Mapping[str, Any] | None) -> dict[str, Model]:
+    """Check that every alias the graph uses is bound, and wrap bindings as :class:`Model`."""
+    models = dict(models or {})
+    missing = sorted(graph.aliases - models.keys())
+    if missing:
+        known = ", ".join(sorted(models)) or "none"
+        raise ModelAliasError(
+            f"graph {graph.name!r} uses model alias(es) {', '.join(map(repr, missing))} that the run does not bind; "
+            f"bound aliases: {known}"
+        )
+    return {alias: resolve_model(spec, alias) for alias, spec in models.items()}
+

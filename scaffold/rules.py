@@ -1,0 +1,260 @@
+"""Rule aggregators and set operations: a set in, traces out, no model call.
+
+``vote`` clusters answers by mathematical equivalence (``"1/2"`` and ``"0.5"``
+are one cluster) and records the counts; ``weighted_vote`` sums a weight per
+member; ``best_of`` keeps the member a scorer likes most. ``top_k``,
+``concat`` and ``map_traces`` reshape sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from scaffold.answers import Equivalence, Extractor, equivalent
+from scaffold.builder import current_builder
+from scaffold.errors import EmptySetError, GraphDefinitionError, SubsetSizeError
+from scaffold.nodes import ConcatNode, MapNode, Node, OnError, RuleNode, RuleOutput, SelectNode, make_policy
+from scaffold.primitives import SetLike, as_set
+from scaffold.types import Trace
+
+
+def cluster_answers(
+    traces: Sequence[Trace],
+    weight: Callable[[Trace], float] | None = None,
+    same: Equivalence = equivalent,
+) -> list[tuple[str, float, list[Trace]]]:
+    """Group traces whose answers are equivalent; returns ``(answer, total weight, members)``, best first.
+
+    Traces without an answer are left out. Ties go to the cluster seen first.
+
+    Example:
+        >>> from scaffold.types import Trace
+        >>> ts = [Trace(id=str(i), run_id="r", node="s", index=i, answer=a) for i, a in enumerate(["1/2", "0.5", "3"])]
+        >>> [(a, w) for a, w, _ in cluster_answers(ts)]
+        [('1/2', 2.0), ('3', 1.0)]
+    """
+    clusters: list[tuple[str, list[float], list[Trace]]] = []
+    exact: dict[str, int] = {}
+    for trace in traces:
+        answer = trace.answer
+        if answer is None:
+            continue
+        w = 1.0 if weight is None else float(weight(trace))
+        where = exact.get(answer)
+        if where is None:
+            for i, (rep, _, _) in enumerate(clusters):
+                if same(rep, answer):
+                    where = i
+                    break
+            if where is None:
+                where = len(clusters)
+                clusters.append((answer, [0.0], []))
+            exact[answer] = where
+        clusters[where][1][0] += w
+        clusters[where][2].append(trace)
+    order = sorted(range(len(clusters)), key=lambda i: -clusters[i][1][0])  # stable: first seen wins ties
+    return [(clusters[i][0], clusters[i][1][0], clusters[i][2]) for i in order]
+
+
+def _vote_output(traces: list[Trace], weight: Callable[[Trace], float] | None, same: Equivalence) -> RuleOutput:
+    clusters = cluster_answers(traces, weight, same)
+    counts = [[answer, total, len(members)] for answer, total, members in clusters]
+    total = sum(c[1] for c in clusters)
+    if not clusters:
+        return RuleOutput(text="", answer=None, metadata={"counts": [], "share": 0.0, "voters": len(traces)})
+    answer, top, members = clusters[0]
+    return RuleOutput(
+        text=members[0].text,
+        answer=answer,
+        metadata={
+            "counts": counts,
+            "share": top / total if total else 0.0,
+            "voters": len(traces),
+            "winner": members[0].id,
+        },
+    )
+
+
+def _rule(what: str, items: SetLike, fn: Callable[[list[Trace]], Any], name: str | None, on_error: OnError) -> Node:
+    node = as_set(items, what=what)
+    builder = current_builder(what)
+    if node.size == 0:
+        raise EmptySetError(f"sf.{what}() over an empty set")
+    return builder.add(RuleNode(name=builder.unique_name(name or what), size=1, single=True,
+                                on_error=make_policy(on_error), items=node, fn=fn, rule=what))
+
+
+def vote(
+    items: SetLike, *, equivalence: Equivalence = equivalent, name: str | None = None, on_error: OnError = "raise"
+) -> Node:
+    """Majority vote over answers, clustered by mathematical equivalence (self-consistency).
+
+    The output trace carries the winning answer, the text of the first member that gave it,
+    and ``metadata["counts"]`` (``[answer, votes, members]`` per cluster, best first) and ``["share"]``.
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def g():
+        ...     return sf.vote(sf.candidates([r"\\boxed{1/2}", r"\\boxed{0.5}", r"\\boxed{3}"]))
+        >>> r = g.run_sync({}, models={})
+        >>> r.answer, r.output.metadata["share"]
+        ('1/2', 0.6666666666666666)
+    """
+    return _rule("vote", items, lambda ts: _vote_output(ts, None, equivalence), name, on_error)
+
+
+def weighted_vote(
+    items: SetLike,
+    weight: Callable[[Trace], float],
+    *,
+    equivalence: Equivalence = equivalent,
+    name: str | None = None,
+    on_error: OnError = "raise",
+) -> Node:
+    """Vote where each member counts ``weight(trace)`` (e.g. a verifier's score) instead of 1.
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def g():
+        ...     cands = sf.candidates([{"text": r"\\boxed{1}", "score": 0.2}, {"text": r"\\boxed{2}", "score": 0.9}])
+        ...     return sf.weighted_vote(cands, weight=lambda t: t.metadata["score"])
+        >>> g.run_sync({}, models={}).answer
+        '2'
+    """
+    if not callable(weight):
+        raise GraphDefinitionError("sf.weighted_vote() needs a weight function trace -> float")
+    return _rule("weighted_vote", items, lambda ts: _vote_output(ts, weight, equivalence), name, on_error)
+
+
+def best_of(
+    items: SetLike, scorer: Callable[[Trace], Any], *, name: str | None = None, on_error: OnError = "raise"
+) -> Node:
+    """The member with the highest ``scorer(trace)`` (best-of-N). The scorer may be async.
+
+    The output is a new trace with the chosen member's text and answer; ``metadata["scores"]``
+    holds every member's score.
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def g():
+        ...     return sf.best_of(sf.candidates(["short", "the longest one"]), scorer=lambda t: len(t.text))
+        >>> g.run_sync({}, models={}).output.text
+        'the longest one'
+    """
+    if not callable(scorer):
+        raise GraphDefinitionError("sf.best_of() needs a scorer function trace -> float")
+
+    def choose(traces: list[Trace]) -> Any:
+        scores = [scorer(t) for t in traces]
+        if any(hasattr(s, "__await__") for s in scores):
+            return _choose_async(traces, scores)
+        return _best(traces, scores)
+
+    return _rule("best_of", items, choose, name, on_error)
+
+
+async def _choose_async(traces: list[Trace], scores: list[Any]) -> RuleOutput:
+    return _best(traces, [await s if hasattr(s, "__await__") else s for s in scores])
+
+
+def _best(traces: list[Trace], scores: list[Any]) -> RuleOutput:
+    values = [float(s) for s in scores]
+    best = max(range(len(traces)), key=lambda i: values[i])
+    chosen = traces[best]
+    return RuleOutput(chosen.text, chosen.answer, {"scores": values, "winner": chosen.id})
+
+
+def top_k(items: SetLike, k: int, score: Callable[[Trace], float], *, name: str | None = None) -> Node:
+    """The ``k`` members with the highest ``score`` (ties keep set order); the traces pass through unchanged.
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def g():
+        ...     return sf.top_k(sf.candidates(["a", "ccc", "bb"]), k=2, score=lambda t: len(t.text))
+        >>> [t.text for t in g.run_sync({}, models={}).output]
+        ['ccc', 'bb']
+    """
+    node = as_set(items, what="top_k")
+    builder = current_builder("top_k")
+    if not isinstance(k, int) or k < 1:
+        raise SubsetSizeError(f"sf.top_k(): k must be an integer of at least 1, got {k!r}")
+    if node.size == 0:
+        raise EmptySetError("sf.top_k() over an empty set")
+    if node.size is not None and k > node.size:
+        raise SubsetSizeError(f"sf.top_k(): k={k} is larger than the set (n={node.size})")
+    if not callable(score):
+        raise GraphDefinitionError("sf.top_k() needs a score function trace -> float")
+    return builder.add(SelectNode(name=builder.unique_name(name or "top_k"), size=k, items=node, k=k, score=score))
+
+
+def concat(*sets: SetLike, name: str | None = None) -> Node:
+    """Join sets in order into one set; no new traces (lineage points at the originals).
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def g():
+        ...     return sf.concat(sf.candidates(["a"]), sf.candidates(["b", "c"]))
+        >>> [t.text for t in g.run_sync({}, models={}).output]
+        ['a', 'b', 'c']
+    """
+    builder = current_builder("concat")
+    parts = tuple(as_set(s, what="concat") for s in sets)
+    if not parts:
+        raise EmptySetError("sf.concat() needs at least one set")
+    sizes = [p.size for p in parts]
+    size = None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+    return builder.add(ConcatNode(name=builder.unique_name(name or "concat"), size=size, parts=parts))
+
+
+def map_traces(
+    items: SetLike,
+    fn: Callable[[Trace], str | RuleOutput],
+    *,
+    extract: Extractor | None = None,
+    name: str | None = None,
+) -> Node:
+    """Apply ``fn`` to each member: each result is a new trace that reads that member (``map``).
+
+    ``fn`` returns the new text (its answer is extracted again) or a :class:`RuleOutput`.
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def g():
+        ...     return sf.map_traces(sf.candidates(["x = 1", "x = 2"]), lambda t: t.text.upper())
+        >>> [t.text for t in g.run_sync({}, models={}).output]
+        ['X = 1', 'X = 2']
+    """
+    node = as_set(items, what="map_traces")
+    builder = current_builder("map_traces")
+    if not callable(fn):
+        raise GraphDefinitionError("sf.map_traces() needs a function trace -> str")
+    return builder.add(MapNode(name=builder.unique_name(name or "map"), size=node.size, items=node, fn=fn,
+                               extract=extract))
+
+
+def agreement(share: float, *, equivalence: Equivalence = equivalent) -> Callable[[list[Trace]], bool]:
+    """A loop stop condition: true when the most common answer holds at least ``share`` of the set.
+
+    Example:
+        >>> from scaffold.types import Trace
+        >>> ts = [Trace(id=str(i), run_id="r", node="s", index=i, answer=a) for i, a in enumerate("1112")]
+        >>> agreement(0.75)(ts), agreement(0.8)(ts)
+        (True, False)
+    """
+    if not 0 < share <= 1:
+        raise GraphDefinitionError(f"agreement share must be in (0, 1], got {share}")
+
+    def reached(traces: list[Trace]) -> bool:
+        if not traces:
+            return False
+        clusters = cluster_answers(traces, None, equivalence)
+        return bool(clusters) and clusters[0][1] / len(traces) >= share
+
+    return reached

@@ -1,0 +1,214 @@
+"""How an aggregation picks the sets it reads.
+
+A selector turns a set size and a seeded random generator into groups of
+member indices; each group becomes one aggregation call (times ``samples``).
+Selectors are index-based, so they are drawn when a run starts, from the run's
+recorded seed: the same seed gives the same subsets whatever order calls finish in.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from scaffold.errors import GraphDefinitionError, SubsetSizeError
+
+Groups = list[tuple[int, ...]]
+
+
+@runtime_checkable
+class Selector(Protocol):
+    """Picks groups of member indices from a set of ``size`` members."""
+
+    def groups(self, size: int, rng: random.Random) -> Groups:
+        """Return the groups; each is a tuple of distinct indices in ``range(size)``."""
+        ...
+
+    def check(self, size: int) -> None:
+        """Raise :class:`SubsetSizeError` if this selector cannot work on ``size`` members."""
+        ...
+
+    def count(self, size: int) -> int:
+        """How many groups :meth:`groups` returns for ``size`` members."""
+        ...
+
+
+@dataclass(frozen=True)
+class AllMembers:
+    """One group holding every member (``n`` copies of it when ``n > 1``).
+
+    Example:
+        >>> AllMembers().groups(3, random.Random(0))
+        [(0, 1, 2)]
+    """
+
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise SubsetSizeError(f"n must be at least 1, got {self.n}")
+
+    def groups(self, size: int, rng: random.Random) -> Groups:
+        return [tuple(range(size))] * self.n
+
+    def check(self, size: int) -> None:
+        return None
+
+    def count(self, size: int) -> int:
+        return self.n
+
+
+@dataclass(frozen=True)
+class RandomSubsets:
+    """``n`` subsets of ``k`` distinct members, each drawn uniformly without replacement (RSA).
+
+    Example:
+        >>> [len(g) for g in RandomSubsets(k=2, n=3).groups(5, random.Random(0))]
+        [2, 2, 2]
+    """
+
+    k: int
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise SubsetSizeError(f"subset size k must be at least 1, got {self.k}")
+        if self.n < 1:
+            raise SubsetSizeError(f"number of subsets n must be at least 1, got {self.n}")
+
+    def groups(self, size: int, rng: random.Random) -> Groups:
+        # Partial Fisher-Yates: uniform k-subsets, ~3x faster than rng.sample for small k.
+        k, rand, out = self.k, rng.random, []
+        for _ in range(self.n):
+            pool = list(range(size))
+            for i in range(k):
+                j = i + int(rand() * (size - i))
+                pool[i], pool[j] = pool[j], pool[i]
+            out.append(tuple(pool[:k]))
+        return out
+
+    def check(self, size: int) -> None:
+        if self.k > size:
+            raise SubsetSizeError(f"subset size k={self.k} is larger than the set it draws from (n={size})")
+
+    def count(self, size: int) -> int:
+        return self.n
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Consecutive groups of ``k`` (the last one smaller unless ``drop_remainder``), optionally shuffled first.
+
+    Example:
+        >>> Partition(k=2).groups(5, random.Random(0))
+        [(0, 1), (2, 3), (4,)]
+    """
+
+    k: int
+    shuffle: bool = False
+    drop_remainder: bool = False
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise SubsetSizeError(f"group size k must be at least 1, got {self.k}")
+
+    def groups(self, size: int, rng: random.Random) -> Groups:
+        order = list(range(size))
+        if self.shuffle:
+            rng.shuffle(order)
+        out = [tuple(order[i : i + self.k]) for i in range(0, size, self.k)]
+        if self.drop_remainder and out and len(out[-1]) < self.k:
+            out.pop()
+        return out
+
+    def check(self, size: int) -> None:
+        if self.k > size:
+            raise SubsetSizeError(f"group size k={self.k} is larger than the set it partitions (n={size})")
+
+    def count(self, size: int) -> int:
+        return size // self.k if self.drop_remainder else -(-size // self.k)
+
+
+@dataclass(frozen=True)
+class Each:
+    """One group per member: every member is read on its own (self-refinement, critique).
+
+    Example:
+        >>> Each().groups(3, random.Random(0))
+        [(0,), (1,), (2,)]
+    """
+
+    def groups(self, size: int, rng: random.Random) -> Groups:
+        return [(i,) for i in range(size)]
+
+    def check(self, size: int) -> None:
+        return None
+
+    def count(self, size: int) -> int:
+        return size
+
+
+@dataclass(frozen=True)
+class CustomSelector:
+    """Wraps a function ``(size, rng) -> groups of indices``; the group count must not depend on the rng.
+
+    Example:
+        >>> pairs = CustomSelector(lambda size, rng: [(i, (i + 1) % size) for i in range(size)])
+        >>> pairs.groups(3, random.Random(0))
+        [(0, 1), (1, 2), (2, 0)]
+    """
+
+    fn: Callable[[int, random.Random], Sequence[Sequence[int]]]
+
+    def groups(self, size: int, rng: random.Random) -> Groups:
+        raw = self.fn(size, rng)
+        out: Groups = []
+        for group in raw:
+            g = tuple(int(i) for i in group)
+            if not g:
+                raise GraphDefinitionError("a custom selector returned an empty group")
+            if any(i < 0 or i >= size for i in g):
+                raise GraphDefinitionError(f"a custom selector returned index out of range(0, {size}): {g}")
+            if len(set(g)) != len(g):
+                raise GraphDefinitionError(f"a custom selector returned a group with repeated members: {g}")
+            out.append(g)
+        return out
+
+    def check(self, size: int) -> None:
+        self.groups(size, random.Random(0))
+
+    def count(self, size: int) -> int:
+        return len(self.groups(size, random.Random(0)))
+
+
+def make_selector(
+    select: Selector | str | Callable[[int, random.Random], Sequence[Sequence[int]]] | None,
+    k: int | None,
+    n: int,
+) -> Selector:
+    """Build the selector that ``aggregate(select=..., k=..., n=...)`` asks for."""
+    if n < 1:
+        raise SubsetSizeError(f"n must be at least 1, got {n}")
+    if isinstance(select, Selector):
+        return select
+    if callable(select):
+        return CustomSelector(select)
+    if select is None:
+        return AllMembers(n) if k is None else RandomSubsets(k, n)
+    if select == "all":
+        return AllMembers(n)
+    if select == "random":
+        if k is None:
+            raise GraphDefinitionError("select='random' needs k, the subset size")
+        return RandomSubsets(k, n)
+    if select == "partition":
+        if k is None:
+            raise GraphDefinitionError("select='partition' needs k, the group size")
+        return Partition(k)
+    if select == "each":
+        return Each()
+    raise GraphDefinitionError(
+        f"unknown select={select!r}; use 'all', 'random', 'partition', 'each', a Selector or a function"
+    )
