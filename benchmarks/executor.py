@@ -158,7 +158,7 @@ def main() -> None:
         return
     repeats = 1 if args.quick else 3
     calls = sum(GRAPH.count_calls().values())
-    print(f"RSA N=16 K=4 T=10: {calls} calls per problem; latency lognormal median {MEDIAN * 1000:.0f} ms sigma {SIGMA}")
+    print(f"RSA N=16 K=4 T=10: {calls} calls per problem; lognormal latency median {MEDIAN:.2f} s sigma {SIGMA}")
     ours, gather = latency_ratios([1, 16, 64], repeats)
     cpu = cpu_per_call(3 if args.quick else 5)
     small = map_rss(1000)

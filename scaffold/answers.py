@@ -9,7 +9,9 @@ called without its signal-based timeouts so it works in any thread).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
@@ -82,33 +84,79 @@ def normalise(answer: str) -> str:
     return s.rstrip(".")
 
 
+_NUMBER = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)")
+_FRAC = re.compile(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}")
+
+
+def as_number(answer: str) -> Fraction | None:
+    r"""The exact value of a plain numeric answer (``"12"``, ``"-0.5"``, ``"3/4"``, ``"\frac{3}{4}"``), else ``None``.
+
+    Example:
+        >>> as_number(r"\frac{1}{2}") == as_number("0.5") == as_number("1/2")
+        True
+    """
+    s = answer.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+", answer) else answer
+    try:
+        if _NUMBER.fullmatch(s):
+            return Fraction(s)
+        m = _FRAC.fullmatch(s)
+        if m:
+            value = Fraction(int(m.group(2)), int(m.group(3)))
+            return -value if m.group(1) else value
+        if s.count("/") == 1:
+            num, den = s.split("/")
+            if _NUMBER.fullmatch(num) and _NUMBER.fullmatch(den):
+                return Fraction(num) / Fraction(den)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
+def _timeout() -> int | None:
+    # math-verify times out with signals, which only the main thread may use
+    return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+def _math_verify() -> Any:
+    import math_verify
+    import math_verify.grader
+    import math_verify.parser
+
+    # we pass timeouts ourselves (none off the main thread); silence its one-time warning about that
+    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+    return math_verify
+
+
 @lru_cache(maxsize=65536)
 def _parsed(answer: str) -> Any:
-    from math_verify import parse
-
-    # ``\boxed`` makes math-verify read the string as a final answer; timeouts off: they use signals.
-    return parse("\\boxed{" + answer + "}", parsing_timeout=None)
+    # ``\boxed`` makes math-verify read the string as a final answer
+    try:
+        return _math_verify().parse("\\boxed{" + answer + "}", parsing_timeout=_timeout())
+    except Exception:  # timeouts and parser failures: treat as unparseable
+        return []
 
 
 @lru_cache(maxsize=65536)
 def _math_equal(a: str, b: str) -> bool:
-    from math_verify import verify
-
     pa, pb = _parsed(a), _parsed(b)
     if not pa or not pb:
         return False
+    verify = _math_verify().verify
     try:
-        return bool(verify(pa, pb, timeout_seconds=None)) or bool(verify(pb, pa, timeout_seconds=None))
+        return bool(verify(pa, pb, timeout_seconds=_timeout())) or bool(verify(pb, pa, timeout_seconds=_timeout()))
     except Exception:  # math-verify raises on exotic input; unequal is the safe answer
         return False
 
 
 def equivalent(a: str | None, b: str | None) -> bool:
-    """True when two answers are the same mathematical value (``"1/2"`` and ``"0.5"``).
+    r"""True when two answers are the same mathematical value (``"1/2"`` and ``"0.5"``).
+
+    Plain numbers are compared exactly without sympy; anything else goes to math-verify.
 
     Example:
-        >>> equivalent("1/2", "0.5")
-        True
+        >>> equivalent("1/2", "0.5"), equivalent(r"\sqrt{4}", "2"), equivalent("3", "4")
+        (True, True, False)
     """
     if a is None or b is None:
         return False
@@ -117,4 +165,7 @@ def equivalent(a: str | None, b: str | None) -> bool:
         return True
     if not na or not nb:
         return False
+    xa, xb = as_number(na), as_number(nb)
+    if xa is not None and xb is not None:
+        return xa == xb
     return _math_equal(*sorted((na, nb)))

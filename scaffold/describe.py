@@ -15,6 +15,7 @@ from scaffold.nodes import (
     LoopResultNode,
     MapNode,
     Node,
+    Quorum,
     RuleNode,
     SelectNode,
 )
@@ -75,6 +76,9 @@ def check_run_sizes(graph: Graph, inputs: Mapping[str, Any]) -> None:
                 raise EmptySetError(f"node {node.name!r} reads an empty set")
         if isinstance(node, CallNode) and node.items is not None and reads[0] is not None:
             node.selector.check(reads[0])
+        size = sizes[node.id]
+        if isinstance(node.on_error, Quorum) and size is not None and node.on_error.k > size:
+            raise SubsetSizeError(f"node {node.name!r}: quorum {node.on_error.k} is larger than its {size} calls")
         if isinstance(node, SelectNode) and reads[0] is not None and node.k > reads[0]:
             raise SubsetSizeError(f"top_k {node.name!r}: k={node.k} is larger than its set (n={reads[0]})")
 

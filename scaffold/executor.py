@@ -75,13 +75,14 @@ class Slot:
 
 
 class _Job:
-    __slots__ = ("missing", "skipped", "outs", "fire")
+    __slots__ = ("missing", "skipped", "outs", "fire", "propagate")
 
-    def __init__(self, outs: list[Slot], fire: Callable[[], None]) -> None:
+    def __init__(self, outs: list[Slot], fire: Callable[[], None], propagate: bool) -> None:
         self.missing = 0
         self.skipped = False
         self.outs = outs
         self.fire = fire
+        self.propagate = propagate
 
 
 def call_seed(run_seed: int, node: str, index: int) -> int:
@@ -143,9 +144,12 @@ class Run:
     def control_slots(self, node: Node) -> list[Slot]:
         return [self.gate_tokens[node.control.id]] if node.control is not None else []
 
-    def when_ready(self, deps: list[Slot], outs: list[Slot], fire: Callable[[], None]) -> None:
-        """Fire ``fire`` once every slot in ``deps`` is resolved; skip ``outs`` if any was skipped."""
-        job = _Job(outs, fire)
+    def when_ready(
+        self, deps: list[Slot], outs: list[Slot], fire: Callable[[], None], *, propagate_skip: bool = True
+    ) -> None:
+        """Fire ``fire`` once every slot in ``deps`` is resolved; skip ``outs`` instead if any was skipped
+        (unless ``propagate_skip`` is false: the job then decides itself, as a loop's result does)."""
+        job = _Job(outs, fire, propagate_skip)
         missing = 0
         for slot in deps:
             trace = slot.trace
@@ -155,7 +159,7 @@ class Run:
                     slot.waiters = [job]
                 else:
                     slot.waiters.append(job)
-            elif trace.status is Status.SKIPPED:
+            elif trace.status is Status.SKIPPED and propagate_skip:
                 job.skipped = True
         job.missing = missing
         if not missing:
@@ -181,7 +185,7 @@ class Run:
             slot.waiters = None
             skip = trace.status is Status.SKIPPED
             for job in waiters:
-                if skip:
+                if skip and job.propagate:
                     job.skipped = True
                 job.missing -= 1
                 if not job.missing:
@@ -446,7 +450,13 @@ class Run:
             self.resolve(slot, SKIPPED if stop else member.trace)  # type: ignore[arg-type]
         self.resolve(token, SKIPPED if stop else _GO)
 
-    def launch_loop_result(self, node: LoopResultNode, sets: list[list[Slot]], outs: list[Slot]) -> None:
+    def launch_loop_result(
+        self, node: LoopResultNode, sets: list[list[Slot]], outs: list[Slot], control: list[Slot]
+    ) -> None:
+        if any(s.trace is SKIPPED for s in control):  # an enclosing loop stopped before this one ran
+            for slot in outs:
+                self.resolve(slot, SKIPPED)
+            return
         chosen = sets[0]
         for slots in sets:
             if slots and all(s.trace is not None and s.trace.status is not Status.SKIPPED for s in slots):

@@ -20,7 +20,7 @@ from typing import Any
 from scaffold.answers import Extractor, extract_boxed
 from scaffold.builder import Builder, Input, building, current_builder, in_build
 from scaffold.describe import count_calls, describe, mermaid, spec
-from scaffold.errors import GraphDefinitionError, InputError
+from scaffold.errors import GraphDefinitionError, GraphError, InputError
 from scaffold.events import Subscriber
 from scaffold.executor import Run, Slot, bind_models
 from scaffold.nodes import InputNode, Node
@@ -222,7 +222,7 @@ class Graph:
     ) -> RunResult:
         try:
             result = await self.run(row, models=models, seed=seed, raise_on_error=False, **kwargs)
-        except (InputError, GraphDefinitionError) as exc:  # a bad row must not stop the batch
+        except (InputError, GraphError) as exc:  # a bad row must not stop the batch
             result = RunResult(run_id="", graph=self.name, inputs=row, seed=seed or 0, status="error",
                                output=None, error=exc)
         result.index = index
@@ -356,7 +356,8 @@ def _contains_node(value: Any) -> bool:
 
 def _collect(value: Any, slots: list[list[Slot]]) -> Any:
     if isinstance(value, Node):
-        traces = [s.trace for s in slots[value.id] if s.trace is not None and s.trace.status is not Status.SKIPPED]
+        # successful traces only: failed (dropped) and skipped ones are in RunResult.traces
+        traces = [s.trace for s in slots[value.id] if s.trace is not None and s.trace.status is Status.OK]
         if value.single:
             return traces[0] if traces else None
         return traces

@@ -203,6 +203,10 @@ class CallNode(Node):
             groups = self.selector.groups(len(members), run.rng(self))
         context = [s for node in self.context.values() for s in run.slots[node.id]]
         control = run.control_slots(self)
+        if isinstance(self.on_error, Quorum) and self.on_error.k > len(groups) * self.samples:
+            raise SubsetSizeError(
+                f"node {self.name!r}: quorum {self.on_error.k} is larger than its {len(groups) * self.samples} calls"
+            )
         model = run.model(self.alias or "")
         caps = model.backend.capabilities
         batch = min(self.samples, caps.max_n or self.samples) if caps.supports_n else 1
@@ -348,8 +352,10 @@ class LoopResultNode(Node):
     def expand(self, run: Run) -> list[Slot]:
         sets = [run.slots[c.id] for c in self.candidates]
         outs = run.new_slots(len(sets[0]))
-        deps = [s for slots in sets for s in slots] + run.control_slots(self)
-        run.when_ready(deps, outs, partial(run.launch_loop_result, self, sets, outs))
+        control = run.control_slots(self)
+        deps = [s for slots in sets for s in slots] + control
+        # later iterations are skipped when the loop stops: that must not skip the loop's result
+        run.when_ready(deps, outs, partial(run.launch_loop_result, self, sets, outs, control), propagate_skip=False)
         return outs
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from scaffold.answers import Extractor
 from scaffold.builder import Builder, Input, current_builder
 from scaffold.errors import EmptySetError, GraphDefinitionError, SubsetSizeError, TemplateError
-from scaffold.nodes import CallNode, ConstNode, InputNode, Node, OnError, make_policy
+from scaffold.nodes import CallNode, ConstNode, InputNode, Node, OnError, Quorum, make_policy
 from scaffold.selectors import AllMembers, Selector, make_selector
 from scaffold.template import Template, as_template
 from scaffold.types import Trace
@@ -137,8 +137,11 @@ def _call_node(
             size = selector.count(items.size) * samples
         else:
             size = None
+    policy = make_policy(on_error)
+    if isinstance(policy, Quorum) and size is not None and policy.k > size:
+        raise SubsetSizeError(f"sf.{what}() node {node_name!r}: quorum {policy.k} is larger than its {size} calls")
     node = CallNode(
-        name=node_name, size=size, single=single, on_error=make_policy(on_error), alias=alias, prompt=prompt_t,
+        name=node_name, size=size, single=single, on_error=policy, alias=alias, prompt=prompt_t,
         system=system_t, items=items, selector=selector or make_selector(None, None, 1), samples=samples,
         context=ctx, variables=variables, params=dict(params or {}), extract=extract, render=render,
         logprobs=logprobs, primitive=what,

@@ -14,7 +14,17 @@ from typing import Any
 from scaffold.answers import Equivalence, Extractor, equivalent
 from scaffold.builder import current_builder
 from scaffold.errors import EmptySetError, GraphDefinitionError, SubsetSizeError
-from scaffold.nodes import ConcatNode, MapNode, Node, OnError, RuleNode, RuleOutput, SelectNode, make_policy
+from scaffold.nodes import (
+    ConcatNode,
+    MapNode,
+    Node,
+    OnError,
+    Quorum,
+    RuleNode,
+    RuleOutput,
+    SelectNode,
+    make_policy,
+)
 from scaffold.primitives import SetLike, as_set
 from scaffold.types import Trace
 
@@ -81,8 +91,11 @@ def _rule(what: str, items: SetLike, fn: Callable[[list[Trace]], Any], name: str
     builder = current_builder(what)
     if node.size == 0:
         raise EmptySetError(f"sf.{what}() over an empty set")
+    policy = make_policy(on_error)
+    if isinstance(policy, Quorum) and policy.k > 1:
+        raise SubsetSizeError(f"sf.{what}() makes one trace; a quorum of {policy.k} can never be met")
     return builder.add(RuleNode(name=builder.unique_name(name or what), size=1, single=True,
-                                on_error=make_policy(on_error), items=node, fn=fn, rule=what))
+                                on_error=policy, items=node, fn=fn, rule=what))
 
 
 def vote(

@@ -7,36 +7,46 @@ executor produces, the store records and the trainer credits: one model output
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 _R = TypeVar("_R")
-_DEFAULTS: dict[type, dict[str, Any]] = {}
+_MAKERS: dict[type, Callable[[dict[str, Any]], Any]] = {}
 
 
 def fast_new(cls: type[_R], values: dict[str, Any]) -> _R:
-    """Build a frozen record without its generated ``__init__`` (hot path of the executor).
+    """Build a frozen slotted record without its generated ``__init__`` (the executor's hot path).
 
-    A frozen dataclass ``__init__`` sets each field through ``object.__setattr__``
-    (~5 µs for a Trace); filling ``__dict__`` at once costs ~1 µs. ``values`` must
-    hold every field without a default; nothing is validated.
+    A frozen dataclass ``__init__`` sets each field through ``object.__setattr__``; this
+    sets the slots through their descriptors directly, about twice as fast. Slotted
+    records (no ``__dict__``) also halve the objects the garbage collector has to walk,
+    which matters with tens of thousands of live traces. ``values`` must hold every field
+    without a default; nothing is validated.
     """
-    defaults = _DEFAULTS.get(cls)
-    if defaults is None:
-        defaults = {}
-        for f in fields(cls):  # type: ignore[arg-type]
-            if f.default is not MISSING:
-                defaults[f.name] = f.default
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()
-                defaults[f.name] = MappingProxyType(value) if isinstance(value, dict) else value  # shared, read-only
-        _DEFAULTS[cls] = defaults
-    obj = object.__new__(cls)
-    object.__setattr__(obj, "__dict__", {**defaults, **values})
-    return obj
+    maker = _MAKERS.get(cls)
+    if maker is None:
+        maker = _MAKERS[cls] = _compile_maker(cls)
+    return maker(values)  # type: ignore[no-any-return]
+
+
+def _compile_maker(cls: type) -> Callable[[dict[str, Any]], Any]:
+    env: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    lines = ["def make(v):", "    o = new(cls)"]
+    for i, f in enumerate(fields(cls)):
+        env[f"set{i}"] = cls.__dict__[f.name].__set__
+        if f.default is not MISSING:
+            env[f"d{i}"] = f.default
+            lines.append(f"    set{i}(o, v.get({f.name!r}, d{i}))")
+        elif f.default_factory is not MISSING:
+            env[f"f{i}"] = f.default_factory
+            lines.append(f"    set{i}(o, v[{f.name!r}] if {f.name!r} in v else f{i}())")
+        else:
+            lines.append(f"    set{i}(o, v[{f.name!r}])")
+    lines.append("    return o")
+    exec("\n".join(lines), env)  # generated once per record type; no user input reaches it
+    return env["make"]  # type: ignore[no-any-return]
 
 
 class Status(StrEnum):
@@ -63,17 +73,22 @@ class TraceKind(StrEnum):
     """An output collected outside the graph and passed in as an input."""
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One chat message."""
+class Message(NamedTuple):
+    """One chat message: ``role`` (``"system"``, ``"user"``, ``"assistant"``) and ``content``.
+
+    A named tuple rather than a dataclass: a tuple of strings is invisible to the garbage
+    collector, and a run keeps one per model call.
+
+    Example:
+        >>> Message("user", "2+2?").role
+        'user'
+    """
 
     role: str
-    """``"system"``, ``"user"`` or ``"assistant"``."""
     content: str
-    """The message text."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """What one model call sends to a backend.
 
@@ -113,7 +128,7 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Completion:
     """One choice returned by a backend."""
 
@@ -135,7 +150,7 @@ class Completion:
     """Backend-specific extras (e.g. simulated latency)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Trace:
     """One recorded output of a run: a model call, a rule aggregation or an external input.
 

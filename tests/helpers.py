@@ -1,0 +1,24 @@
+"""Small helpers shared by the tests: reading requests and writing scripted replies."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from scaffold.types import Request
+
+
+def prompt_of(request: Request) -> str:
+    """The last user message of a request."""
+    return request.messages[-1].content
+
+
+def boxed(value: object) -> str:
+    """A model output whose final answer is ``value``."""
+    return f"so the answer is \\boxed{{{value}}}"
+
+
+def numbered_script(answer: object = 7) -> Callable[[Request], str]:
+    """A script whose every reply is unique (``draft 0``, ``draft 1``...), all with the same answer."""
+    counter = itertools.count()
+    return lambda request: f"draft {next(counter)} \\boxed{{{answer}}}"

@@ -1,0 +1,132 @@
+"""``Graph.map``: many rows, bounded concurrency, failures reported per row, shared limits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from helpers import boxed, prompt_of
+
+import scaffold as sf
+from scaffold.testing import ScriptedBackend
+
+
+@sf.graph
+def echo(problem):
+    return sf.generate("Solve {problem}", model="m")
+
+
+def echo_backend(delay: float = 0.0) -> ScriptedBackend:
+    """Answers ``\\boxed{<problem>}`` so every row's result is recognisable."""
+    return ScriptedBackend(lambda r: boxed(prompt_of(r).removeprefix("Solve ")), delay=delay)
+
+
+async def collect(aiter):
+    return [r async for r in aiter]
+
+
+def test_map_yields_every_row_with_its_index():
+    """``map`` yields one result per row; ``.index`` is the row's position and the answer matches the row."""
+    rows = [{"problem": str(i)} for i in range(10)]
+    results = asyncio.run(collect(echo.map(rows, models={"m": echo_backend(0.01)}, concurrency=4)))
+    assert sorted(r.index for r in results) == list(range(10))
+    assert all(r.ok and r.answer == str(r.index) for r in results)
+
+
+def test_map_runs_at_most_concurrency_rows_at_once():
+    """With one call per run, at most ``concurrency`` requests are ever in flight, and that many are reached."""
+    backend = echo_backend(0.03)
+    rows = [{"problem": str(i)} for i in range(12)]
+    results = asyncio.run(collect(echo.map(rows, models={"m": backend}, concurrency=4)))
+    assert len(results) == 12
+    assert backend.peak_in_flight == 4
+
+
+def test_map_yields_results_as_they_finish():
+    """A slow first row does not hold back the rows after it."""
+    backend = ScriptedBackend(lambda r: boxed(1), delay=lambda r: 0.3 if prompt_of(r) == "Solve slow" else 0.01)
+    rows = [{"problem": "slow"}] + [{"problem": str(i)} for i in range(3)]
+    results = asyncio.run(collect(echo.map(rows, models={"m": backend}, concurrency=4)))
+    assert [r.index for r in results][-1] == 0
+
+
+def test_bad_row_yields_an_error_result_instead_of_stopping_the_batch():
+    """A row missing an input yields a result with status error and InputError; the other rows still run."""
+    rows = [{"problem": "1"}, {"question": "oops"}, {"problem": "3"}]
+    results = sorted(asyncio.run(collect(echo.map(rows, models={"m": echo_backend()}))), key=lambda r: r.index)
+    assert [r.status for r in results] == ["ok", "error", "ok"]
+    assert isinstance(results[1].error, sf.InputError)
+    assert results[1].index == 1
+    assert [results[0].answer, results[2].answer] == ["1", "3"]
+
+
+@pytest.mark.parametrize(
+    ("candidates", "error"),
+    [(["a"], sf.SubsetSizeError), ([], sf.EmptySetError)],
+    ids=["too-few-for-k", "empty"],
+)
+def test_row_with_unusable_candidates_does_not_stop_the_batch(candidates, error):
+    """A row whose candidate set is too small (or empty) for the graph yields an error result; the rest run."""
+
+    @sf.graph
+    def agg(problem, candidates):
+        return sf.aggregate(candidates, model="m", k=2, n=2)
+
+    rows = [
+        {"problem": "a", "candidates": ["x", "y", "z"]},
+        {"problem": "b", "candidates": candidates},
+        {"problem": "c", "candidates": ["x", "y"]},
+    ]
+    backend = ScriptedBackend(lambda r: boxed(1))
+    results = sorted(asyncio.run(collect(agg.map(rows, models={"m": backend}, seed=0))), key=lambda r: r.index)
+    assert [r.index for r in results] == [0, 1, 2]
+    assert [r.status for r in results] == ["ok", "error", "ok"]
+    assert isinstance(results[1].error, error)
+    assert backend.calls == 4
+
+
+def test_failed_run_is_reported_not_raised():
+    """A row whose run fails (a backend error) yields status error with the CallError attached."""
+    backend = ScriptedBackend(lambda r: sf.BackendError("down") if prompt_of(r) == "Solve 1" else boxed(0))
+    results = echo.build().map_sync([{"problem": str(i)} for i in range(3)], models={"m": backend})
+    assert [r.status for r in results] == ["ok", "error", "ok"]
+    assert isinstance(results[1].error, sf.CallError)
+
+
+def test_map_sync_returns_results_in_dataset_order():
+    """``map_sync`` collects every result sorted by row position, even when later rows finish first."""
+    backend = ScriptedBackend(
+        lambda r: boxed(prompt_of(r).removeprefix("Solve ")), delay=lambda r: 0.05 if prompt_of(r) == "Solve 0" else 0.0
+    )
+    results = echo.build().map_sync([{"problem": str(i)} for i in range(6)], models={"m": backend}, concurrency=6)
+    assert [r.index for r in results] == list(range(6))
+    assert [r.answer for r in results] == [str(i) for i in range(6)]
+
+
+def test_map_gives_each_row_its_own_seed():
+    """With ``seed=s`` row i runs with seed ``s + i`` (recorded in its result)."""
+    results = echo.build().map_sync([{"problem": str(i)} for i in range(4)], models={"m": echo_backend()}, seed=100)
+    assert [r.seed for r in results] == [100, 101, 102, 103]
+
+
+def test_map_shares_a_model_limit_across_rows():
+    """A Model's in-flight limit holds across all the rows of a batch."""
+    backend = echo_backend(0.02)
+    model = sf.Model(backend, max_in_flight=2)
+    results = echo.build().map_sync([{"problem": str(i)} for i in range(8)], models={"m": model}, concurrency=8)
+    assert all(r.ok for r in results)
+    assert backend.peak_in_flight == 2 and model.limit.peak == 2
+
+
+def test_map_rejects_non_positive_concurrency():
+    """``concurrency < 1`` is a ValueError."""
+    with pytest.raises(ValueError):
+        echo.build().map_sync([{"problem": "1"}], models={"m": echo_backend()}, concurrency=0)
+
+
+def test_map_checks_aliases_before_running_any_row():
+    """An unbound alias fails the whole batch up front with ModelAliasError; no row runs."""
+    backend = echo_backend()
+    with pytest.raises(sf.ModelAliasError):
+        echo.build().map_sync([{"problem": "1"}], models={"other": backend})
+    assert backend.calls == 0
