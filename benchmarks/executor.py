@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import resource
 import statistics
@@ -94,6 +95,7 @@ def latency_ratios(batches: list[int], repeats: int) -> tuple[dict[int, float], 
     for b in batches:
         ratios, gathers = [], []
         for rep in range(repeats):
+            gc.collect()  # every measurement starts from the same heap, not the previous one's garbage
             backend = SimulatedBackend(median=MEDIAN, sigma=SIGMA)
             wall, results = asyncio.run(run_batch(b, backend, seed0=1000 * rep))
             bound = max(critical_path(r.traces) for r in results)
@@ -102,6 +104,7 @@ def latency_ratios(batches: list[int], repeats: int) -> tuple[dict[int, float], 
                 gathers.append(asyncio.run(gather_per_step(results, backend)) / bound)
             print(f"  problems={b:3d} rep={rep} wall={wall:.3f}s bound={bound:.3f}s ratio={wall / bound:.3f}"
                   + (f" gather-per-step={gathers[-1]:.3f}" if gathers and b == max(batches) else ""), flush=True)
+            del results
         ours[b] = statistics.median(ratios)
         if gathers:
             gather_ratio = statistics.median(gathers)
@@ -111,6 +114,7 @@ def latency_ratios(batches: list[int], repeats: int) -> tuple[dict[int, float], 
 def cpu_per_call(repeats: int) -> float:
     samples = []
     for rep in range(repeats):
+        gc.collect()
         backend = SimulatedBackend(median=0.0)
         c0 = time.process_time()
         _, results = asyncio.run(run_batch(64, backend, seed0=rep))

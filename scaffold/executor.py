@@ -52,13 +52,15 @@ from scaffold.nodes import (
     external_trace,
 )
 from scaffold.result import RunResult
-from scaffold.types import Completion, Message, Request, Status, Trace, TraceKind, fast_new
+from scaffold.types import Completion, Message, Request, Status, Trace, TraceKind, record_maker
 
 if TYPE_CHECKING:
     import random
 
     from scaffold.graph import Graph
 
+_new_trace = record_maker(Trace)
+_new_request = record_maker(Request)
 SKIPPED = Trace(id="", run_id="", node="", index=-1, status=Status.SKIPPED)
 _GO = Trace(id="", run_id="", node="", index=-1)
 _MISSING = Trace(id="", run_id="", node="", index=-1, status=Status.ERROR, error="fewer members than k succeeded")
@@ -92,7 +94,7 @@ def call_seed(run_seed: int, node: str, index: int) -> int:
 
 def format_candidates(traces: Sequence[Trace]) -> str:
     """Default rendering of a candidate set inside an aggregation prompt."""
-    return "\n\n".join(f"Candidate {i}:\n{t.text}" for i, t in enumerate(traces, 1))
+    return "\n\n".join([f"Candidate {i}:\n{t.text}" for i, t in enumerate(traces, 1)])
 
 
 class Run:
@@ -269,16 +271,16 @@ class Run:
                 read.extend(ctx_traces)
         user = Message("user", node.prompt.render(values))
         messages = (Message("system", node.system.render(values)), user) if node.system is not None else (user,)
-        request = fast_new(Request, {
-            "messages": messages,
-            "params": self._node_params(node, model),
-            "n": len(outs),
-            "logprobs": node.logprobs,
-            "model": model.name,
-            "seed": call_seed(self.seed, node.name, index),
-        })
+        request = _new_request(
+            messages=messages,
+            params=self._node_params(node, model),
+            n=len(outs),
+            logprobs=node.logprobs,
+            model=model.name,
+            seed=call_seed(self.seed, node.name, index),
+        )
         task = asyncio.get_running_loop().create_task(
-            self._call(node, model, request, tuple(t.id for t in read), outs, index)
+            self._call(node, model, request, tuple([t.id for t in read]), outs, index)
         )
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -336,13 +338,13 @@ class Run:
                 status=status, error=error,
             )
         text = completion.text
-        return fast_new(Trace, {
-            "id": f"{self.run_id}/{node.name}#{index}", "run_id": self.run_id, "node": node.name, "index": index,
-            "model": node.alias, "request": request, "text": text, "answer": (node.extract or self.extract)(text),
-            "token_ids": completion.token_ids, "logprobs": completion.logprobs, "usage": completion.usage,
-            "cost": completion.cost, "latency": latency, "started_at": started, "inputs": inputs,
-            "metadata": completion.metadata,
-        })
+        return _new_trace(
+            id=f"{self.run_id}/{node.name}#{index}", run_id=self.run_id, node=node.name, index=index,
+            model=node.alias, request=request, text=text, answer=(node.extract or self.extract)(text),
+            token_ids=completion.token_ids, logprobs=completion.logprobs, usage=completion.usage,
+            cost=completion.cost, latency=latency, started_at=started, inputs=inputs,
+            metadata=completion.metadata,
+        )
 
     def node_failed(
         self, node: Node, outs: list[Slot], index: int, exc: BaseException, request: Request | None = None,

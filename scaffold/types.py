@@ -13,39 +13,38 @@ from enum import StrEnum
 from typing import Any, NamedTuple, TypeVar
 
 _R = TypeVar("_R")
-_MAKERS: dict[type, Callable[[dict[str, Any]], Any]] = {}
+_UNSET: Any = object()
 
 
-def fast_new(cls: type[_R], values: dict[str, Any]) -> _R:
-    """Build a frozen slotted record without its generated ``__init__`` (the executor's hot path).
+def record_maker(cls: type[_R]) -> Callable[..., _R]:
+    """A fast keyword-only constructor for a frozen slotted record (the executor's hot path).
 
-    A frozen dataclass ``__init__`` sets each field through ``object.__setattr__``; this
-    sets the slots through their descriptors directly, about twice as fast. Slotted
-    records (no ``__dict__``) also halve the objects the garbage collector has to walk,
-    which matters with tens of thousands of live traces. ``values`` must hold every field
-    without a default; nothing is validated.
+    A frozen dataclass ``__init__`` sets each field through ``object.__setattr__``; the
+    function returned here sets the slots through their descriptors directly, about twice
+    as fast, with the same fields and defaults. Arguments are not validated.
+
+    Example:
+        >>> make_usage = record_maker(Usage)
+        >>> make_usage(prompt_tokens=3).total_tokens
+        3
     """
-    maker = _MAKERS.get(cls)
-    if maker is None:
-        maker = _MAKERS[cls] = _compile_maker(cls)
-    return maker(values)  # type: ignore[no-any-return]
-
-
-def _compile_maker(cls: type) -> Callable[[dict[str, Any]], Any]:
-    env: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    lines = ["def make(v):", "    o = new(cls)"]
-    for i, f in enumerate(fields(cls)):
+    env: dict[str, Any] = {"new": object.__new__, "cls": cls, "UNSET": _UNSET}
+    params, body = [], []
+    for i, f in enumerate(fields(cls)):  # type: ignore[arg-type]
         env[f"set{i}"] = cls.__dict__[f.name].__set__
         if f.default is not MISSING:
             env[f"d{i}"] = f.default
-            lines.append(f"    set{i}(o, v.get({f.name!r}, d{i}))")
+            params.append(f"{f.name}=d{i}")
+            body.append(f"    set{i}(o, {f.name})")
         elif f.default_factory is not MISSING:
             env[f"f{i}"] = f.default_factory
-            lines.append(f"    set{i}(o, v[{f.name!r}] if {f.name!r} in v else f{i}())")
+            params.append(f"{f.name}=UNSET")
+            body.append(f"    set{i}(o, f{i}() if {f.name} is UNSET else {f.name})")
         else:
-            lines.append(f"    set{i}(o, v[{f.name!r}])")
-    lines.append("    return o")
-    exec("\n".join(lines), env)  # generated once per record type; no user input reaches it
+            params.insert(sum(1 for p in params if "=" not in p), f.name)
+            body.append(f"    set{i}(o, {f.name})")
+    source = f"def make(*, {', '.join(params)}):\n    o = new(cls)\n" + "\n".join(body) + "\n    return o\n"
+    exec(source, env)  # generated once per record type from its field names; no user input reaches it
     return env["make"]  # type: ignore[no-any-return]
 
 

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from statistics import NormalDist
 
 from scaffold.backends.base import Capabilities
-from scaffold.types import Completion, Request, Usage, fast_new
+from scaffold.types import Completion, Request, Usage, record_maker
 
+_new_completion = record_maker(Completion)
 _NORMAL = NormalDist()
 _MASK = (1 << 64) - 1
 
@@ -81,8 +82,8 @@ class SimulatedBackend:
         if latency > 0:
             await self._sleep(latency)
         text = self.answer(request) if self.answer is not None else "\\boxed{42}"
-        completion = fast_new(Completion, {"text": text, "usage": self._usage, "finish_reason": "stop",
-                                           "metadata": {"simulated_latency": latency}})
+        completion = _new_completion(text=text, usage=self._usage, finish_reason="stop",
+                                     metadata={"simulated_latency": latency})
         return [completion] * request.n
 
     def _sleep(self, delay: float) -> asyncio.Future[None]:
