@@ -53,7 +53,7 @@ def noisy_solver(accuracy: float) -> ScriptedBackend:
 
     def reply(request: sf.Request) -> str:
         rng = random.Random(request.seed)
-        prompt = request.messages[-1].content
+        prompt = request.last_content
         expr = re.search(r"\((\d+) \+ (\d+)\) \* (\d+)", prompt)
         assert expr is not None
         a, b, c = map(int, expr.groups())

@@ -52,7 +52,7 @@ from scaffold.nodes import (
     external_trace,
 )
 from scaffold.result import RunResult
-from scaffold.types import Completion, Message, Request, Status, Trace, TraceKind, record_maker
+from scaffold.types import Completion, Request, Status, Trace, TraceKind, record_maker
 
 if TYPE_CHECKING:
     import random
@@ -128,6 +128,7 @@ class Run:
         self.remaining = 0
         self.error: BaseException | None = None
         self.done: asyncio.Future[None] | None = None
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set when the run starts
         self._ready: list[_Job] | None = []
         self._values: dict[int, dict[str, Any]] = {}
         self._params: dict[int, dict[str, Any]] = {}
@@ -269,8 +270,8 @@ class Run:
                 ctx_traces = [t for s in self.slots[ctx.id] if (t := s.trace) is not None and t.ok]
                 values[key] = ctx_traces[0].text if ctx.single and ctx_traces else format_candidates(ctx_traces)
                 read.extend(ctx_traces)
-        user = Message("user", node.prompt.render(values))
-        messages = (Message("system", node.system.render(values)), user) if node.system is not None else (user,)
+        user = ("user", node.prompt.render(values))  # plain tuples: see Message
+        messages = (("system", node.system.render(values)), user) if node.system is not None else (user,)
         request = _new_request(
             messages=messages,
             params=self._node_params(node, model),
@@ -279,13 +280,19 @@ class Run:
             model=model.name,
             seed=call_seed(self.seed, node.name, index),
         )
-        task = asyncio.get_running_loop().create_task(
+        self.tasks.add(self.loop.create_task(
             self._call(node, model, request, tuple([t.id for t in read]), outs, index)
-        )
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        ))
 
     async def _call(
+        self, node: CallNode, model: Model, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
+    ) -> None:
+        try:
+            await self._send(node, model, request, inputs, outs, index)
+        finally:  # cheaper than a done-callback, which costs one more loop turn per call
+            self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+    async def _send(
         self, node: CallNode, model: Model, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
     ) -> None:
         limit = model.limit
@@ -397,9 +404,7 @@ class Run:
             self.node_failed(node, [out], 0, exc)
             return
         if inspect.isawaitable(result):
-            task = asyncio.get_running_loop().create_task(self._await_rule(node, read, out, result))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(self.loop.create_task(self._await_rule(node, read, out, result)))
         else:
             self._rule_done(node, read, out, result)
 
@@ -409,6 +414,8 @@ class Run:
         except Exception as exc:
             self.node_failed(node, [out], 0, exc)
             return
+        finally:
+            self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
         self._rule_done(node, read, out, result)
 
     def _rule_done(self, node: RuleNode, read: list[Trace], out: Slot, result: RuleOutput) -> None:
@@ -506,7 +513,8 @@ class Run:
         if self.subscribers:
             self.emit(RunStarted(self.run_id, self.graph.name, dict(self.inputs), self.seed,
                                  dict(self.graph.params), self.graph.spec()))
-        self.done = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()
+        self.done = self.loop.create_future()
         self.slots = [[] for _ in self.graph.nodes]
         status = "ok"
         try:

@@ -75,8 +75,10 @@ class TraceKind(StrEnum):
 class Message(NamedTuple):
     """One chat message: ``role`` (``"system"``, ``"user"``, ``"assistant"``) and ``content``.
 
-    A named tuple rather than a dataclass: a tuple of strings is invisible to the garbage
-    collector, and a run keeps one per model call.
+    Requests hold messages as plain ``(role, content)`` pairs (the executor builds exact
+    tuples: CPython's garbage collector stops tracking a tuple of strings, and a run keeps
+    one per model call); ``Message`` is a named tuple of the same shape, equal to the pair,
+    for code that builds requests by hand.
 
     Example:
         >>> Message("user", "2+2?").role
@@ -96,8 +98,8 @@ class Request:
         4
     """
 
-    messages: tuple[Message, ...] = ()
-    """Chat messages; empty when ``prompt`` is used."""
+    messages: tuple[tuple[str, str], ...] = ()
+    """Chat messages as ``(role, content)`` pairs (``Message`` fits); empty when ``prompt`` is used."""
     prompt: str | None = None
     """A raw completion prompt, for backends that take one, instead of ``messages``."""
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -110,6 +112,11 @@ class Request:
     """The concrete model name the alias is bound to (``"openai/gpt-4o-mini"``)."""
     seed: int | None = None
     """A per-call seed derived from the run seed, so scripted and sampling backends are reproducible."""
+
+    @property
+    def last_content(self) -> str:
+        """The content of the last message (the prompt itself for completion requests)."""
+        return self.messages[-1][1] if self.messages else (self.prompt or "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from scaffold.types import Request
 
 def prompt_of(request: Request) -> str:
     """The last user message of a request."""
-    return request.messages[-1].content
+    return request.last_content
 
 
 def boxed(value: object) -> str:

@@ -353,5 +353,5 @@ def test_literal_latex_braces_and_escapes_render_verbatim():
 
     backend = ScriptedBackend(lambda request: seen.append(request) or boxed(1))
     g.run_sync({"problem": "2+2"}, models={"m": backend})
-    assert seen[0].messages[-1].content == r"Solve 2+2. Is it \frac{1}{2}? Put it in \boxed{}. Keep {x} as is."
+    assert seen[0].last_content == r"Solve 2+2. Is it \frac{1}{2}? Put it in \boxed{}. Keep {x} as is."
     assert sf.Template(r"\frac{1}{2} {{x}} {y}").variables == {"y"}

@@ -390,3 +390,20 @@ def test_output_mirrors_the_graph_return_value(output_kind):
         assert [t.answer for t in result.output] == ["5"] * 3
     else:
         assert result.output["vote"].answer == "5" and len(result.output["pop"]) == 3
+
+
+def test_requests_carry_plain_role_content_pairs_equal_to_message() -> None:
+    """The executor sends (role, content) pairs: equal to sf.Message, readable through Request.last_content."""
+    import scaffold as sf
+    from scaffold.testing import ScriptedBackend
+
+    @sf.graph
+    def g(problem):
+        return sf.generate("Solve {problem}", model="m", system="Be brief.")
+
+    backend = ScriptedBackend(lambda r: r"\boxed{1}")
+    g.run_sync({"problem": "x"}, models={"m": backend})
+    request = backend.requests[0]
+    assert request.messages == (sf.Message("system", "Be brief."), sf.Message("user", "Solve x"))
+    assert type(request.messages[1]) is tuple
+    assert request.last_content == "Solve x"

@@ -140,7 +140,7 @@ def test_system_prompt_is_sent_first():
     backend = ScriptedBackend(lambda r: boxed(1))
     g.run_sync({"problem": "x"}, models={"m": backend})
     messages = backend.requests[0].messages
-    assert [(m.role, m.content) for m in messages] == [("system", "You check x carefully."), ("user", "Solve x")]
+    assert [tuple(m) for m in messages] == [("system", "You check x carefully."), ("user", "Solve x")]
 
 
 def test_custom_render_of_candidates():

@@ -38,7 +38,7 @@ class Backend(Protocol):
         >>> class Echo:
         ...     capabilities = Capabilities()
         ...     async def complete(self, request):
-        ...         return [Completion(text=request.messages[-1].content)] * request.n
+        ...         return [Completion(text=request.last_content)] * request.n
         >>> isinstance(Echo(), Backend)
         True
     """

@@ -85,12 +85,12 @@ class ScriptedBackend:
             return reply
         if not isinstance(reply, str):
             raise BackendError(f"scripted reply must be a string or Completion, got {type(reply).__name__}")
-        prompt = request.messages[-1].content if request.messages else (request.prompt or "")
+        prompt = request.last_content
         return Completion(text=reply, usage=Usage(len(prompt.split()), len(reply.split())), finish_reason="stop")
 
     def _from_table(self, request: Request) -> Reply:
         assert isinstance(self.script, Mapping)
-        text = request.messages[-1].content if request.messages else (request.prompt or "")
+        text = request.last_content
         for key, replies in self.script.items():
             if key in text:
                 if isinstance(replies, (str, Completion, BaseException)):
