@@ -38,7 +38,10 @@ class Input:
     def __format__(self, spec: str) -> str:
         return "{" + self.name + "}"
 
-    __str__ = __repr__ = lambda self: "{" + self.name + "}"  # noqa: E731
+    def __str__(self) -> str:
+        return "{" + self.name + "}"
+
+    __repr__ = __str__
 
 
 @dataclass

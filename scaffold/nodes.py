@@ -190,7 +190,9 @@ class CallNode(Node):
     def label(self) -> str:
         if self.items is None:
             return f"{self.primitive} ×{self.samples}" if self.samples > 1 else self.primitive
-        return f"{self.primitive} {type(self.selector).__name__}" + (f" ×{self.samples}" if self.samples > 1 else "")
+        describe = getattr(self.selector, "describe", None)
+        groups = describe() if callable(describe) else type(self.selector).__name__
+        return f"{self.primitive} over {groups}" + (f", {self.samples} samples each" if self.samples > 1 else "")
 
     def expand(self, run: Run) -> list[Slot]:
         if self.items is None:

@@ -59,6 +59,9 @@ class AllMembers:
     def count(self, size: int) -> int:
         return self.n
 
+    def describe(self) -> str:
+        return "all members" + (f" ×{self.n}" if self.n > 1 else "")
+
 
 @dataclass(frozen=True)
 class RandomSubsets:
@@ -96,6 +99,9 @@ class RandomSubsets:
     def count(self, size: int) -> int:
         return self.n
 
+    def describe(self) -> str:
+        return f"{self.n} random {self.k}-subsets"
+
 
 @dataclass(frozen=True)
 class Partition:
@@ -130,6 +136,9 @@ class Partition:
     def count(self, size: int) -> int:
         return size // self.k if self.drop_remainder else -(-size // self.k)
 
+    def describe(self) -> str:
+        return f"groups of {self.k}" + (" (shuffled)" if self.shuffle else "")
+
 
 @dataclass(frozen=True)
 class Each:
@@ -148,6 +157,9 @@ class Each:
 
     def count(self, size: int) -> int:
         return size
+
+    def describe(self) -> str:
+        return "each member"
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,9 @@ class CustomSelector:
 
     def count(self, size: int) -> int:
         return len(self.groups(size, random.Random(0)))
+
+    def describe(self) -> str:
+        return f"custom ({getattr(self.fn, '__name__', 'selector')})"
 
 
 def make_selector(

@@ -1,0 +1,50 @@
+"""Examples run as documented, and the executor benchmark keeps its JSON keys."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_quickstart_prints_a_table_where_aggregation_beats_one_sample() -> None:
+    """The quickstart runs end to end and RSA scores at least as well as a single sample."""
+    out = run("examples/quickstart.py", "--problems", "20")
+    rows = {line.rsplit(None, 3)[0]: float(line.rsplit(None, 3)[1]) for line in out.splitlines()
+            if line.startswith(("single sample", "majority@", "RSA "))}
+    assert len(rows) == 3
+    single = rows["single sample"]
+    rsa = next(v for k, v in rows.items() if k.startswith("RSA"))
+    assert rsa >= single
+
+
+def test_collected_outputs_example_votes_by_equivalence() -> None:
+    """The external-candidates example clusters 1/2, 0.5 and \\frac{1}{2} into one winning answer."""
+    out = run("examples/aggregate_collected_outputs.py")
+    assert "vote: \\frac{1}{2}" in out
+    assert "read: 4 candidates" in out
+
+
+@pytest.mark.slow
+def test_executor_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/executor.py --quick prints one JSON line with the keys the issue names."""
+    out = run("benchmarks/executor.py", "--quick", "--map-rows", "200")
+    figures = json.loads(out.strip().splitlines()[-1])
+    for key in ("bench", "wall_over_bound_b1", "wall_over_bound_b16", "wall_over_bound_b64",
+                "gather_over_bound_b64", "cpu_us_per_call", "map10k_peak_rss_mb"):
+        assert key in figures
+    assert figures["bench"] == "executor"
+    assert figures["calls_per_problem"] == 176
+    assert figures["wall_over_bound_b1"] >= 1.0
+    assert figures["gather_over_bound_b64"] > 1.0
