@@ -5,12 +5,18 @@ rule evaluation). A job counts the slots it still waits for; when the last one
 resolves, it fires. There are no steps or barriers: in RSA, an aggregation of
 step t+1 is sent as soon as the k members it drew from step t are done.
 
-The main loop, :meth:`Run.execute`:
-  1) validate and bind model aliases,
-  2) expand nodes in build order into slots and jobs (subsets drawn from the run's seed),
-  3) fire the jobs that wait for nothing,
+The main loop, :meth:`Run.execute` (aliases were bound and inputs checked by ``Graph.run``):
+  1) check the sizes only the inputs decide (candidate sets), before anything is sent,
+  2) expand the nodes that read nothing and send their calls,
+  3) expand the other nodes one by one, yielding to the event loop in between, firing
+     every job whose inputs already exist (subsets are drawn from the run's seed),
   4) wait until every slot is resolved, or the first failure the policies do not tolerate,
   5) cancel and record what was in flight, and assemble the result.
+
+Hot-path notes: records are built with generated slot setters (``record_maker``), prompts
+hold plain ``(role, content)`` tuples, and a finished call removes itself from the task
+set instead of registering a done-callback: each saves CPU or garbage-collector work per
+call, which is what decides how close a 64-problem batch gets to its critical path.
 """
 
 from __future__ import annotations
