@@ -293,52 +293,46 @@ class Run:
     async def _call(
         self, node: CallNode, model: Model, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
     ) -> None:
+        limit = model.limit
         try:
-            await self._send(node, model, request, inputs, outs, index)
+            if limit is not None:
+                await limit.acquire()
+            started = time.time()
+            t0 = time.perf_counter()
+            try:
+                if self.subscribers:
+                    ids = tuple(f"{self.run_id}/{node.name}#{index + i}" for i in range(len(outs)))
+                    self.emit(CallStarted(self.run_id, ids, node.alias or ""))
+                if self.call_timeout is None:
+                    completions = await model.backend.complete(request)
+                else:
+                    try:
+                        async with asyncio.timeout(self.call_timeout):
+                            completions = await model.backend.complete(request)
+                    except TimeoutError:
+                        raise CallTimeout(f"call to {node.alias!r} ran past {self.call_timeout}s") from None
+                if len(completions) != request.n:
+                    raise BackendError(f"backend returned {len(completions)} completions for n={request.n}")
+            except asyncio.CancelledError:
+                latency = time.perf_counter() - t0
+                for i in range(len(outs)):
+                    trace = self._trace(node, request, inputs, index + i, None, started, latency,
+                                        Status.CANCELLED, "cancelled")
+                    self.traces.append(trace)
+                    if self.subscribers:
+                        self.emit(TraceFinished(trace))
+                raise
+            except Exception as exc:
+                self.node_failed(node, outs, index, exc, request, inputs, started, time.perf_counter() - t0)
+                return
+            finally:
+                if limit is not None:
+                    limit.release()
+            latency = time.perf_counter() - t0
+            for i, (slot, completion) in enumerate(zip(outs, completions)):
+                self.finish(slot, self._trace(node, request, inputs, index + i, completion, started, latency))
         finally:  # cheaper than a done-callback, which costs one more loop turn per call
             self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
-
-    async def _send(
-        self, node: CallNode, model: Model, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
-    ) -> None:
-        limit = model.limit
-        if limit is not None:
-            await limit.acquire()
-        started = time.time()
-        t0 = time.perf_counter()
-        try:
-            if self.subscribers:
-                ids = tuple(f"{self.run_id}/{node.name}#{index + i}" for i in range(len(outs)))
-                self.emit(CallStarted(self.run_id, ids, node.alias or ""))
-            if self.call_timeout is None:
-                completions = await model.backend.complete(request)
-            else:
-                try:
-                    async with asyncio.timeout(self.call_timeout):
-                        completions = await model.backend.complete(request)
-                except TimeoutError:
-                    raise CallTimeout(f"call to {node.alias!r} ran past {self.call_timeout}s") from None
-            if len(completions) != request.n:
-                raise BackendError(f"backend returned {len(completions)} completions for n={request.n}")
-        except asyncio.CancelledError:
-            latency = time.perf_counter() - t0
-            for i in range(len(outs)):
-                trace = self._trace(node, request, inputs, index + i, None, started, latency,
-                                    Status.CANCELLED, "cancelled")
-                self.traces.append(trace)
-                if self.subscribers:
-                    self.emit(TraceFinished(trace))
-            raise
-        except Exception as exc:
-            latency = time.perf_counter() - t0
-            self.node_failed(node, outs, index, exc, request, inputs, started, latency)
-            return
-        finally:
-            if limit is not None:
-                limit.release()
-        latency = time.perf_counter() - t0
-        for i, (slot, completion) in enumerate(zip(outs, completions)):
-            self.finish(slot, self._trace(node, request, inputs, index + i, completion, started, latency))
 
     def _trace(
         self, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, completion: Completion | None,
