@@ -86,6 +86,8 @@ class Builder:
                 value = scope.bindings[name]
                 if isinstance(value, Input):
                     return ("input", value.name)
+                if _is_node(value):  # a set bound to a sub-graph input is data, not text
+                    raise KeyError(name)
                 return ("const", value)
         if name in self.input_names:
             return ("input", name)

@@ -52,9 +52,10 @@ def loop(
     takes_step = _takes_step(body)
     current = as_set(items, what="loop")
     loop_name = builder.unique_name(name)
+    short = loop_name.rsplit("/", 1)[-1]  # the scope adds the enclosing prefixes itself
     outputs = [current]
     for step in range(steps):
-        with builder.scope(f"{loop_name}@{step}"):
+        with builder.scope(f"{short}@{step}"):
             if until is not None:
                 gate = GateNode(name=builder.unique_name("until"), size=current.size, items=current, until=until)
                 builder.add(gate)

@@ -19,6 +19,7 @@ from scaffold.nodes import (
     RuleNode,
     SelectNode,
 )
+from scaffold.types import Trace
 
 if TYPE_CHECKING:
     from scaffold.graph import Graph
@@ -67,6 +68,11 @@ def check_run_sizes(graph: Graph, inputs: Mapping[str, Any]) -> None:
                 raise InputError(
                     f"input {node.input_name!r} must be a list of candidates, got {type(values).__name__}"
                 )
+            for i, value in enumerate(values):
+                if not (isinstance(value, (str, Trace)) or (isinstance(value, Mapping)
+                                                            and isinstance(value.get("text"), str))):
+                    raise InputError(f"candidate {i} of input {node.input_name!r} is {type(value).__name__}; "
+                                     f"give a string, a Trace, or a mapping with a 'text' key")
             given[node.input_name] = len(values)
     sizes = infer_sizes(graph, given)
     for node in graph.nodes:

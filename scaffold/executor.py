@@ -93,6 +93,13 @@ class _Job:
         self.propagate = propagate
 
 
+def wrap_error(exc: BaseException, what: str = "") -> RunError:
+    """A :class:`RunError` whose message names the original error and whose cause is it."""
+    error = RunError(f"{what + ': ' if what else ''}{type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
 def call_seed(run_seed: int, node: str, index: int) -> int:
     """The seed a request gets: a pure function of the run seed, the node name and the index."""
     return (run_seed * 1_000_003 + zlib.crc32(node.encode()) * 4099 + index) & 0x7FFFFFFF
@@ -218,8 +225,8 @@ class Run:
             return
         try:
             job.fire()
-        except Exception as exc:  # a rule or selector raised: the run fails with a typed error
-            self.fail(exc if isinstance(exc, RunError) else RunError(f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # user code (score, map fn, until, render...) raised: a typed error
+            self.fail(exc if isinstance(exc, RunError) else wrap_error(exc))
 
     def _fire_ready(self) -> None:
         ready, self._ready = self._ready or [], []
@@ -227,8 +234,13 @@ class Run:
             self._fire(job)
 
     def emit(self, event: Any) -> None:
+        """Call every subscriber; one that raises fails the run (a recorder that cannot record must not
+        let the run go on as if it had)."""
         for fn in self.subscribers:
-            fn(event)
+            try:
+                fn(event)
+            except Exception as exc:
+                self.fail(wrap_error(exc, f"subscriber {getattr(fn, '__name__', fn)!r} failed"))
 
     def fail(self, exc: BaseException) -> None:
         if self.error is not None:
@@ -274,7 +286,11 @@ class Run:
                 values["k"] = len(read)
             for key, ctx in node.context.items():
                 ctx_traces = [t for s in self.slots[ctx.id] if (t := s.trace) is not None and t.ok]
-                values[key] = ctx_traces[0].text if ctx.single and ctx_traces else format_candidates(ctx_traces)
+                if not ctx_traces:
+                    self.node_failed(node, outs, index, EmptyInputError(
+                        f"every trace of context {key!r} read by {node.name!r} failed"))
+                    return
+                values[key] = ctx_traces[0].text if ctx.single else format_candidates(ctx_traces)
                 read.extend(ctx_traces)
         user = ("user", node.prompt.render(values))  # plain tuples: see Message
         messages = (("system", node.system.render(values)), user) if node.system is not None else (user,)
@@ -314,6 +330,11 @@ class Run:
                 if len(completions) != request.n:
                     raise BackendError(f"backend returned {len(completions)} completions for n={request.n}")
             except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and not task.cancelling():  # the backend raised it, nobody cancelled us
+                    self.node_failed(node, outs, index, BackendError("the backend raised CancelledError"),
+                                     request, inputs, started, time.perf_counter() - t0)
+                    return
                 latency = time.perf_counter() - t0
                 for i in range(len(outs)):
                     trace = self._trace(node, request, inputs, index + i, None, started, latency,
@@ -329,8 +350,14 @@ class Run:
                 if limit is not None:
                     limit.release()
             latency = time.perf_counter() - t0
-            for i, (slot, completion) in enumerate(zip(outs, completions)):
-                self.finish(slot, self._trace(node, request, inputs, index + i, completion, started, latency))
+            try:  # a malformed completion or an extractor that raises is this call's failure
+                traces = [self._trace(node, request, inputs, index + i, completion, started, latency)
+                          for i, completion in enumerate(completions)]
+            except Exception as exc:
+                self.node_failed(node, outs, index, exc, request, inputs, started, latency)
+                return
+            for slot, trace in zip(outs, traces):
+                self.finish(slot, trace)
         finally:  # cheaper than a done-callback, which costs one more loop turn per call
             self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
@@ -495,7 +522,7 @@ class Run:
             try:
                 self.slots[node.id] = node.expand(self)
             except Exception as exc:  # e.g. a custom selector misbehaving at run time
-                self.fail(exc if isinstance(exc, (RunError, GraphError)) else RunError(str(exc)))
+                self.fail(exc if isinstance(exc, (RunError, GraphError)) else wrap_error(exc))
                 break
             self._fire_ready()
         self._ready = None
@@ -541,6 +568,8 @@ class Run:
         )
         if self.subscribers:
             self.emit(RunFinished(result))
+            if result.error is None and self.error is not None:  # a subscriber failed on RunFinished
+                result.status, result.error = "error", self.error
         if status == "cancelled":
             raise asyncio.CancelledError
         return result

@@ -15,17 +15,27 @@ import inspect
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 from scaffold.answers import Extractor, extract_boxed
 from scaffold.builder import Builder, Input, building, current_builder, in_build
-from scaffold.describe import count_calls, describe, mermaid, spec
-from scaffold.errors import GraphDefinitionError, GraphError, InputError
+from scaffold.describe import check_run_sizes, count_calls, describe, mermaid, spec
+from scaffold.errors import GraphDefinitionError, GraphError, InputError, RunError
 from scaffold.events import Subscriber
 from scaffold.executor import Run, Slot, bind_models
 from scaffold.nodes import InputNode, Node
 from scaffold.result import RunResult
 from scaffold.types import Status
+
+_END: Any = object()
+
+
+def _no_running_loop(what: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RunError(f"{what}() cannot be called inside a running event loop; use `{instead}` there")
 
 
 def _signature(fn: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -105,6 +115,8 @@ class Graph:
         bind_models(self, models)
         if inputs is not None:
             self._check_inputs(inputs)
+            if self.set_inputs:
+                check_run_sizes(self, inputs)
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
         if not isinstance(inputs, Mapping):
@@ -155,6 +167,7 @@ class Graph:
 
     def run_sync(self, inputs: Mapping[str, Any], **kwargs: Any) -> RunResult:
         """:meth:`run` from synchronous code (not from inside a running event loop)."""
+        _no_running_loop("run_sync", "await graph.run(...)")
         return asyncio.run(self.run(inputs, **kwargs))
 
     async def map(
@@ -196,8 +209,8 @@ class Graph:
         try:
             while True:
                 while len(pending) < concurrency:
-                    row = next(rows, None)
-                    if row is None:
+                    row = next(rows, _END)
+                    if row is _END:
                         break
                     row_seed = None if seed is None else seed + position
                     pending.add(asyncio.create_task(self._map_one(row, position, bound, row_seed, run_kwargs)))
@@ -230,6 +243,7 @@ class Graph:
 
     def map_sync(self, dataset: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
         """:meth:`map` from synchronous code, collecting every result in dataset order."""
+        _no_running_loop("map_sync", "async for result in graph.map(...)")
 
         async def collect() -> list[RunResult]:
             return sorted([r async for r in self.map(dataset, **kwargs)], key=lambda r: r.index or 0)
@@ -306,8 +320,18 @@ class GraphFunction:
                        args, inputs)
 
 
-def graph(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
-    """Decorator turning a function of primitives into a graph.
+@overload
+def graph(fn: Callable[..., Any], *, name: str | None = None) -> GraphFunction: ...
+
+
+@overload
+def graph(fn: None = None, *, name: str | None = None) -> Callable[[Callable[..., Any]], GraphFunction]: ...
+
+
+def graph(
+    fn: Callable[..., Any] | None = None, *, name: str | None = None
+) -> GraphFunction | Callable[[Callable[..., Any]], GraphFunction]:
+    """Decorator turning a function of primitives into a graph (``@sf.graph`` or ``@sf.graph(name="rsa")``).
 
     Example:
         >>> import scaffold as sf

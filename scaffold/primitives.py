@@ -37,9 +37,14 @@ SetLike = Node | Input | Sequence[Any]
 
 def as_set(value: SetLike, *, what: str) -> Node:
     """Turn a node, a graph input or a literal list of candidates into a node."""
-    if isinstance(value, Node):
-        return value
     builder = current_builder(what)
+    if isinstance(value, Node):
+        if value.id >= len(builder.nodes) or builder.nodes[value.id] is not value:
+            raise GraphDefinitionError(
+                f"sf.{what}() got node {value.name!r} from another graph; pass graphs' outputs as sub-graph "
+                f"inputs instead of reusing nodes across graphs"
+            )
+        return value
     if isinstance(value, Input):
         node = builder.input_nodes.get(value.name)
         if node is None:
@@ -121,6 +126,11 @@ def _call_node(
         raise SubsetSizeError(f"sf.{what}(): the number of samples must be at least 1, got {samples}")
     prompt_t = as_template(prompt)
     system_t = as_template(system) if system is not None else None
+    reserved = {"candidates", "k"} if items is not None else set()
+    clash = sorted(reserved & set(context or {}))
+    if clash:
+        raise GraphDefinitionError(f"sf.{what}(): context may not be named {', '.join(clash)}; "
+                                   f"aggregate fills those itself")
     ctx = {key: as_set(value, what=what) for key, value in (context or {}).items()}
     for key, node in ctx.items():
         if node.size == 0:

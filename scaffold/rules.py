@@ -8,6 +8,7 @@ member; ``best_of`` keeps the member a scorer likes most. ``top_k``,
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -171,7 +172,15 @@ def best_of(
 
 
 async def _choose_async(traces: list[Trace], scores: list[Any]) -> RuleOutput:
-    return _best(traces, [await s if hasattr(s, "__await__") else s for s in scores])
+    # every async score runs at once; if one fails the others are cancelled, none is left unawaited
+    pending = {i: asyncio.ensure_future(s) for i, s in enumerate(scores) if hasattr(s, "__await__")}
+    try:
+        await asyncio.gather(*pending.values())
+    finally:
+        for task in pending.values():
+            task.cancel()
+        await asyncio.gather(*pending.values(), return_exceptions=True)
+    return _best(traces, [pending[i].result() if i in pending else s for i, s in enumerate(scores)])
 
 
 def _best(traces: list[Trace], scores: list[Any]) -> RuleOutput:

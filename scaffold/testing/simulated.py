@@ -75,6 +75,7 @@ class SimulatedBackend:
         self._order = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def complete(self, request: Request) -> list[Completion]:
         self.calls += 1
@@ -88,6 +89,8 @@ class SimulatedBackend:
 
     def _sleep(self, delay: float) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new event loop (another run_sync): forget the old loop's wake-ups
+            self._loop, self._due, self._timer, self._timer_at = loop, [], None, math.inf
         fut: asyncio.Future[None] = loop.create_future()
         when = loop.time() + delay
         heapq.heappush(self._due, (when, next(self._order), fut))
