@@ -14,7 +14,7 @@ import functools
 import inspect
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
 from scaffold.answers import Extractor, extract_boxed
@@ -172,7 +172,7 @@ class Graph:
 
     async def map(
         self,
-        dataset: Iterable[Mapping[str, Any]],
+        dataset: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
         *,
         models: Mapping[str, Any],
         concurrency: int = 16,
@@ -182,6 +182,7 @@ class Graph:
     ) -> AsyncIterator[RunResult]:
         """Run the graph on every row of ``dataset``, ``concurrency`` rows at a time.
 
+        ``dataset`` may be any iterable or async iterable of input mappings; it is read lazily.
         Results are yielded as they finish (``result.index`` is the row's position) and
         not kept, so memory does not grow with the dataset. A failed row yields a
         result with ``status != "ok"`` instead of stopping the batch. Every run shares
@@ -203,13 +204,13 @@ class Graph:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         bound = bind_models(self, models)
         bar = _progress(progress, dataset)
-        rows = iter(dataset)
+        next_row = _row_reader(dataset)
         pending: set[asyncio.Task[RunResult]] = set()
         position = 0
         try:
             while True:
                 while len(pending) < concurrency:
-                    row = next(rows, _END)
+                    row = await next_row()
                     if row is _END:
                         break
                     row_seed = None if seed is None else seed + position
@@ -294,7 +295,9 @@ class GraphFunction:
         """Build with default parameters and run synchronously."""
         return self.build().run_sync(inputs, **kwargs)
 
-    def map(self, dataset: Iterable[Mapping[str, Any]], **kwargs: Any) -> AsyncIterator[RunResult]:
+    def map(
+        self, dataset: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]], **kwargs: Any
+    ) -> AsyncIterator[RunResult]:
         """Build with default parameters and map over ``dataset``; see :meth:`Graph.map`."""
         return self.build().map(dataset, **kwargs)
 
@@ -394,7 +397,27 @@ def _collect(value: Any, slots: list[list[Slot]]) -> Any:
     return value
 
 
-def _progress(enabled: bool, dataset: Iterable[Any]) -> Any:
+def _row_reader(dataset: Iterable[Any] | AsyncIterable[Any]) -> Callable[[], Awaitable[Any]]:
+    """An async ``next`` over a sync or async iterable, returning ``_END`` when it is exhausted."""
+    if isinstance(dataset, AsyncIterable):
+        rows_async = aiter(dataset)
+
+        async def next_async() -> Any:
+            try:
+                return await anext(rows_async)
+            except StopAsyncIteration:
+                return _END
+
+        return next_async
+    rows = iter(dataset)
+
+    async def next_sync() -> Any:
+        return next(rows, _END)
+
+    return next_sync
+
+
+def _progress(enabled: bool, dataset: Iterable[Any] | AsyncIterable[Any]) -> Any:
     if not enabled:
         return None
     from tqdm.auto import tqdm

@@ -130,3 +130,49 @@ def test_map_checks_aliases_before_running_any_row():
     with pytest.raises(sf.ModelAliasError):
         echo.build().map_sync([{"problem": "1"}], models={"other": backend})
     assert backend.calls == 0
+
+
+def test_map_reads_an_async_iterable_lazily() -> None:
+    """map accepts an async generator of rows and reads it only as fast as the concurrency allows."""
+    import asyncio
+
+    import scaffold as sf
+    from scaffold.testing import ScriptedBackend
+
+    @sf.graph
+    def solve(problem):
+        return sf.generate("Solve {problem}", model="m")
+
+    produced: list[int] = []
+
+    async def rows():
+        for i in range(6):
+            produced.append(i)
+            yield {"problem": str(i)}
+
+    async def main() -> list[tuple[int | None, int]]:
+        backend = ScriptedBackend(lambda r: rf"\boxed{{{r.last_content.split()[-1]}}}", delay=0.01)
+        out = []
+        async for result in solve.map(rows(), models={"m": backend}, concurrency=2):
+            out.append((result.index, len(produced)))
+            assert result.answer == str(result.index)
+        return out
+
+    out = asyncio.run(main())
+    assert sorted(i for i, _ in out) == list(range(6))
+    assert out[0][1] <= 3  # when the first result arrives, at most concurrency + 1 rows were read
+
+
+def test_map_progress_bar_counts_every_row(capsys) -> None:  # type: ignore[no-untyped-def]
+    """progress=True draws a bar that reaches the number of rows."""
+    import scaffold as sf
+    from scaffold.testing import ScriptedBackend
+
+    @sf.graph
+    def solve(problem):
+        return sf.generate("Solve {problem}", model="m")
+
+    results = solve.build().map_sync([{"problem": "x"}] * 5, models={"m": ScriptedBackend(lambda r: "ok")},
+                                     progress=True)
+    assert len(results) == 5
+    assert "5/5" in capsys.readouterr().err
