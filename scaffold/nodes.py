@@ -225,26 +225,32 @@ class CallNode(Node):
         return outs
 
 
+@dataclass(eq=False)
+class SetNode(Node):
+    """A node computed from one set (``items``): rules, maps, selections, loop gates."""
+
+    items: Node | None = None
+
+    @property
+    def reads(self) -> tuple[Node, ...]:
+        return (self.items,) if self.items is not None else ()
+
+
 def check_set(node: Node, size: int) -> None:
     if size == 0:
         raise EmptySetError(f"node {node.name!r} reads an empty set")
 
 
 @dataclass(eq=False)
-class RuleNode(Node):
+class RuleNode(SetNode):
     """A rule aggregation: a function of the whole set, one new trace (vote, best-of, weighted vote)."""
 
-    items: Node | None = None
     fn: Callable[[list[Trace]], Any] | None = None
     rule: str = "rule"
 
     @property
     def kind(self) -> str:  # type: ignore[override]
         return self.rule
-
-    @property
-    def reads(self) -> tuple[Node, ...]:
-        return (self.items,) if self.items is not None else ()
 
     def expand(self, run: Run) -> list[Slot]:
         assert self.items is not None
@@ -256,17 +262,12 @@ class RuleNode(Node):
 
 
 @dataclass(eq=False)
-class MapNode(Node):
+class MapNode(SetNode):
     """A function applied to each member on its own; each result is a new trace reading that member."""
 
-    items: Node | None = None
     fn: Callable[[Trace], Any] | None = None
     extract: Extractor | None = None
     kind = "map"
-
-    @property
-    def reads(self) -> tuple[Node, ...]:
-        return (self.items,) if self.items is not None else ()
 
     def expand(self, run: Run) -> list[Slot]:
         assert self.items is not None
@@ -279,17 +280,12 @@ class MapNode(Node):
 
 
 @dataclass(eq=False)
-class SelectNode(Node):
+class SelectNode(SetNode):
     """``top_k``: the k best members by a score; passes the chosen traces through unchanged."""
 
-    items: Node | None = None
     k: int = 1
     score: Callable[[Trace], float] | None = None
     kind = "top_k"
-
-    @property
-    def reads(self) -> tuple[Node, ...]:
-        return (self.items,) if self.items is not None else ()
 
     def expand(self, run: Run) -> list[Slot]:
         assert self.items is not None
@@ -318,16 +314,11 @@ class ConcatNode(Node):
 
 
 @dataclass(eq=False)
-class GateNode(Node):
+class GateNode(SetNode):
     """Before a loop iteration: stops the loop (skipping everything the iteration would run) when ``until`` holds."""
 
-    items: Node | None = None
     until: Callable[[list[Trace]], bool] | None = None
     kind = "until"
-
-    @property
-    def reads(self) -> tuple[Node, ...]:
-        return (self.items,) if self.items is not None else ()
 
     def expand(self, run: Run) -> list[Slot]:
         assert self.items is not None
