@@ -5,7 +5,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+import scaffold as sf
 from scaffold.types import Request
+
+
+@sf.graph
+def rsa(problem, *, n: int = 16, k: int = 4, steps: int = 10):
+    """Recursive Self-Aggregation with the paper's defaults, the topology most tests use."""
+    pop = sf.sample("Solve: {problem}", model="solver", n=n)
+    for _ in range(steps):
+        pop = sf.aggregate(pop, model="solver", k=k, n=n)
+    return sf.vote(pop)
 
 
 def prompt_of(request: Request) -> str:

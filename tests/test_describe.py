@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers import boxed
+from helpers import boxed, rsa
 
 import scaffold as sf
 from scaffold.testing import ScriptedBackend
-
-
-@sf.graph
-def rsa(problem, *, n: int = 16, k: int = 4, steps: int = 10):
-    pop = sf.sample("Solve: {problem}", model="solver", n=n)
-    for _ in range(steps):
-        pop = sf.aggregate(pop, model="solver", k=k, n=n)
-    return sf.vote(pop)
 
 
 @sf.graph

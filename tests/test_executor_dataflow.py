@@ -6,18 +6,10 @@ import random
 import time
 
 import pytest
-from helpers import boxed, numbered_script, prompt_of
+from helpers import boxed, numbered_script, prompt_of, rsa
 
 import scaffold as sf
 from scaffold.testing import ScriptedBackend, SimulatedBackend
-
-
-@sf.graph
-def rsa(problem, *, n: int = 8, k: int = 3, steps: int = 3):
-    pop = sf.sample("Solve: {problem}", model="solver", n=n)
-    for _ in range(steps):
-        pop = sf.aggregate(pop, model="solver", k=k, n=n)
-    return sf.vote(pop)
 
 
 def aggregation_inputs(result: sf.RunResult) -> dict[str, tuple[str, ...]]:

@@ -59,24 +59,12 @@ def test_fail_fast_raises_call_error_with_the_failed_trace():
     assert backend.in_flight == 0
 
 
-def test_backend_error_is_the_cause_of_the_call_error():
-    """A BackendError raised by the backend is wrapped in CallError with the original as ``__cause__``."""
-    original = sf.BackendError("quota", retryable=False, status_code=429)
-    backend = ScriptedBackend(failing_first(1, original))
-
-    @sf.graph
-    def g(problem):
-        return sf.generate("Solve {problem}", model="m")
-
-    with pytest.raises(sf.CallError) as info:
-        g.run_sync({"problem": "p"}, models={"m": backend})
-    assert info.value.__cause__ is original
-    assert info.value.__cause__.status_code == 429
-
-
-def test_any_exception_from_a_backend_becomes_a_call_error():
-    """An unexpected exception in a backend is still reported as CallError, caused by that exception."""
-    original = KeyError("surprise")
+@pytest.mark.parametrize(
+    "original", [sf.BackendError("quota", retryable=False, status_code=429), KeyError("surprise")],
+    ids=["backend-error", "unexpected-exception"],
+)
+def test_backend_exception_becomes_a_call_error_caused_by_it(original: Exception):
+    """Any exception from a backend (typed or not) is reported as CallError with the original as ``__cause__``."""
     backend = ScriptedBackend(failing_first(1, original))
 
     @sf.graph
