@@ -17,7 +17,7 @@ from scaffold.answers import Extractor
 from scaffold.errors import EmptySetError, GraphDefinitionError, InputError, SubsetSizeError
 from scaffold.selectors import AllMembers, Selector
 from scaffold.template import Template
-from scaffold.types import Status, Trace, TraceKind
+from scaffold.types import Trace, TraceKind
 
 if TYPE_CHECKING:
     from scaffold.executor import Run, Slot
@@ -350,10 +350,6 @@ class LoopResultNode(Node):
         # later iterations are skipped when the loop stops: that must not skip the loop's result
         run.when_ready(deps, outs, partial(run.launch_loop_result, self, sets, outs, control), propagate_skip=False)
         return outs
-
-
-def skipped(trace: Trace) -> bool:
-    return trace.status is Status.SKIPPED
 
 
 def derive_rng(seed: int, node: str) -> random.Random:
