@@ -29,3 +29,11 @@ def numbered() -> Callable[..., ScriptedBackend]:
         return ScriptedBackend(numbered_script(), **kwargs)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A tiny random Qwen2 chat model saved with ``save_pretrained`` (built once per test session)."""
+    from scaffold.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))

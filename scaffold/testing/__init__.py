@@ -3,9 +3,11 @@
 - :class:`ScriptedBackend`: answers from a function or a table; records every request;
   can fail, be slow, and measures how many requests were in flight at once.
 - :class:`SimulatedBackend`: seeded latency (lognormal by default) for benchmarks and examples.
+- :func:`build_tiny_model`: a tiny random Hugging Face chat model built locally (no download).
 """
 
 from scaffold.testing.scripted import ScriptedBackend
 from scaffold.testing.simulated import SimulatedBackend
+from scaffold.testing.tiny_model import build_tiny_model
 
-__all__ = ["ScriptedBackend", "SimulatedBackend"]
+__all__ = ["ScriptedBackend", "SimulatedBackend", "build_tiny_model"]
