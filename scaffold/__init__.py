@@ -15,13 +15,27 @@ Example:
 """
 
 from scaffold.answers import equivalent, extract_boxed, extract_last_number
-from scaffold.backends.base import Backend, Capabilities, Model
+from scaffold.backends import (
+    Backend,
+    Capabilities,
+    LiteLLMBackend,
+    Model,
+    Retry,
+    TransformersBackend,
+    VLLMBackend,
+    VLLMServer,
+    load_models,
+)
 from scaffold.builder import Input
 from scaffold.control import loop
 from scaffold.errors import (
+    AuthenticationError,
     BackendError,
+    BadRequestError,
     CallError,
     CallTimeout,
+    ConnectionFailed,
+    ContextLengthError,
     EmptyInputError,
     EmptySetError,
     GraphDefinitionError,
@@ -29,16 +43,19 @@ from scaffold.errors import (
     InputError,
     ModelAliasError,
     QuorumError,
+    RateLimitError,
+    RequestTimeout,
     RunError,
     RunTimeout,
     ScaffoldError,
+    ServerError,
     SubsetSizeError,
     TemplateError,
 )
 from scaffold.events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
 from scaffold.executor import format_candidates
 from scaffold.graph import Graph, GraphFunction, graph
-from scaffold.limits import InFlightLimit
+from scaffold.limits import InFlightLimit, RateLimit
 from scaffold.nodes import Node, Quorum, RuleOutput
 from scaffold.primitives import AGGREGATE_PROMPT, aggregate, candidates, generate, sample
 from scaffold.result import RunResult
@@ -92,7 +109,14 @@ __all__ = [
     "Backend",
     "Capabilities",
     "Model",
+    "Retry",
+    "LiteLLMBackend",
+    "TransformersBackend",
+    "VLLMBackend",
+    "VLLMServer",
+    "load_models",
     "InFlightLimit",
+    "RateLimit",
     # records
     "Trace",
     "TraceKind",
@@ -123,6 +147,13 @@ __all__ = [
     "QuorumError",
     "EmptyInputError",
     "BackendError",
+    "RateLimitError",
+    "ServerError",
+    "ConnectionFailed",
+    "RequestTimeout",
+    "AuthenticationError",
+    "BadRequestError",
+    "ContextLengthError",
     "CallTimeout",
     "RunTimeout",
 ]

@@ -15,6 +15,13 @@
         ├── QuorumError                  fewer successes than a node's quorum
         ├── EmptyInputError              every member of a set failed or was dropped
         ├── BackendError                 raised by backends; ``retryable`` says whether a retry may help
+        │   ├── RateLimitError           429; retried after ``retry_after`` seconds
+        │   ├── ServerError              5xx or a malformed response; retried
+        │   ├── ConnectionFailed         the connection was refused or dropped; retried
+        │   ├── RequestTimeout (TimeoutError)  one attempt ran past the model's ``timeout``; retried
+        │   ├── AuthenticationError      401/403 or a missing key; never retried
+        │   └── BadRequestError          400/404/422; never retried
+        │       └── ContextLengthError   the prompt does not fit the model's context
         ├── CallTimeout (TimeoutError)   one call ran past its timeout
         └── RunTimeout (TimeoutError)    the whole run ran past its timeout
 """
@@ -87,12 +94,63 @@ class BackendError(RunError):
 
     ``retryable`` says whether sending the same request again may succeed (rate limits,
     5xx, dropped connections) or not (authentication, bad request, context length).
+    ``retry_after`` is the wait the provider asked for, in seconds, when it said;
+    ``attempts`` is how many times the request was sent before giving up.
+    Messages never contain API keys (backends redact them).
     """
 
-    def __init__(self, message: str, *, retryable: bool = False, status_code: int | None = None) -> None:
+    default_retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        attempts: int = 1,
+    ) -> None:
         super().__init__(message)
-        self.retryable = retryable
+        self.retryable = self.default_retryable if retryable is None else retryable
         self.status_code = status_code
+        self.retry_after = retry_after
+        self.attempts = attempts
+
+
+class RateLimitError(BackendError):
+    """The provider answered 429 (too many requests or tokens); retried after ``retry_after``."""
+
+    default_retryable = True
+
+
+class ServerError(BackendError):
+    """The provider failed (5xx) or sent a response that could not be read; retried."""
+
+    default_retryable = True
+
+
+class ConnectionFailed(BackendError):
+    """The connection was refused, reset or dropped before an answer; retried."""
+
+    default_retryable = True
+
+
+class RequestTimeout(BackendError, TimeoutError):
+    """One attempt ran past the model's per-request ``timeout``; retried."""
+
+    default_retryable = True
+
+
+class AuthenticationError(BackendError):
+    """The provider refused the credentials (401/403), or no API key was found; never retried."""
+
+
+class BadRequestError(BackendError):
+    """The provider rejected the request itself (400/404/422): bad parameter, unknown model; never retried."""
+
+
+class ContextLengthError(BadRequestError):
+    """The prompt (plus ``max_tokens``) does not fit the model's context window; never retried."""
 
 
 class CallTimeout(RunError, TimeoutError):

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scaffold.answers import Extractor, extract_boxed
-from scaffold.backends.base import Model, resolve_model
+from scaffold.backends.model import Model, resolve_model
 from scaffold.describe import check_run_sizes
 from scaffold.errors import (
     BackendError,
@@ -101,8 +101,12 @@ def wrap_error(exc: BaseException, what: str = "") -> RunError:
 
 
 def call_seed(run_seed: int, node: str, index: int) -> int:
-    """The seed a request gets: a pure function of the run seed, the node name and the index."""
-    return (run_seed * 1_000_003 + zlib.crc32(node.encode()) * 4099 + index) & 0x7FFFFFFF
+    """The seed a request gets: a pure function of the run seed, the node name and the index.
+
+    Hashed rather than counted up, so that engines deriving choice ``i``'s seed as ``seed + i``
+    (vLLM) never give two requests the same samples.
+    """
+    return zlib.crc32(f"{run_seed}/{node}#{index}".encode()) & 0x7FFFFFFF
 
 
 def format_candidates(traces: Sequence[Trace]) -> str:
@@ -309,24 +313,21 @@ class Run:
     async def _call(
         self, node: CallNode, model: Model, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
     ) -> None:
-        limit = model.limit
+        started, t0 = time.time(), time.perf_counter()
         try:
-            if limit is not None:
-                await limit.acquire()
-            started = time.time()
-            t0 = time.perf_counter()
             try:
                 if self.subscribers:
                     ids = tuple(f"{self.run_id}/{node.name}#{index + i}" for i in range(len(outs)))
                     self.emit(CallStarted(self.run_id, ids, node.alias or ""))
                 if self.call_timeout is None:
-                    completions = await model.backend.complete(request)
+                    reply = await model.complete(request)
                 else:
                     try:
                         async with asyncio.timeout(self.call_timeout):
-                            completions = await model.backend.complete(request)
+                            reply = await model.complete(request)
                     except TimeoutError:
                         raise CallTimeout(f"call to {node.alias!r} ran past {self.call_timeout}s") from None
+                completions = reply.completions
                 if len(completions) != request.n:
                     raise BackendError(f"backend returned {len(completions)} completions for n={request.n}")
             except asyncio.CancelledError:
@@ -346,12 +347,9 @@ class Run:
             except Exception as exc:
                 self.node_failed(node, outs, index, exc, request, inputs, started, time.perf_counter() - t0)
                 return
-            finally:
-                if limit is not None:
-                    limit.release()
-            latency = time.perf_counter() - t0
+            started, latency, attempt = reply.started, reply.latency, reply.attempts
             try:  # a malformed completion or an extractor that raises is this call's failure
-                traces = [self._trace(node, request, inputs, index + i, completion, started, latency)
+                traces = [self._trace(node, request, inputs, index + i, completion, started, latency, attempt=attempt)
                           for i, completion in enumerate(completions)]
             except Exception as exc:
                 self.node_failed(node, outs, index, exc, request, inputs, started, latency)
@@ -363,7 +361,7 @@ class Run:
 
     def _trace(
         self, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, completion: Completion | None,
-        started: float, latency: float, status: Status = Status.OK, error: str | None = None,
+        started: float, latency: float, status: Status = Status.OK, error: str | None = None, attempt: int = 1,
     ) -> Trace:
         if completion is None:
             return Trace(
@@ -376,7 +374,7 @@ class Run:
             id=f"{self.run_id}/{node.name}#{index}", run_id=self.run_id, node=node.name, index=index,
             model=node.alias, request=request, text=text, answer=(node.extract or self.extract)(text),
             token_ids=completion.token_ids, logprobs=completion.logprobs, usage=completion.usage,
-            cost=completion.cost, latency=latency, started_at=started, inputs=inputs,
+            cost=completion.cost, latency=latency, started_at=started, inputs=inputs, attempt=attempt,
             metadata=completion.metadata,
         )
 
@@ -386,11 +384,13 @@ class Run:
     ) -> None:
         """Record failed traces for ``outs`` and apply the node's failure policy."""
         message = f"{type(exc).__name__}: {exc}"
+        if getattr(exc, "attempts", 1) > 1:
+            message += f" (after {exc.attempts} attempts)"  # type: ignore[attr-defined]
         traces = [
             Trace(id=f"{self.run_id}/{node.name}#{index + i}", run_id=self.run_id, node=node.name, index=index + i,
                   kind=TraceKind.MODEL if isinstance(node, CallNode) else TraceKind.RULE, model=node.alias,
                   request=request, inputs=inputs, latency=latency, started_at=started,
-                  status=Status.ERROR, error=message)
+                  status=Status.ERROR, error=message, attempt=getattr(exc, "attempts", 1))
             for i in range(len(outs))
         ]
         policy = node.on_error

@@ -15,9 +15,10 @@ import inspect
 import random
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from scaffold.answers import Extractor, extract_boxed
+from scaffold.backends.model import Model
 from scaffold.builder import Builder, Input, building, current_builder, in_build
 from scaffold.describe import check_run_sizes, count_calls, describe, mermaid, spec
 from scaffold.errors import GraphDefinitionError, GraphError, InputError, RunError
@@ -28,6 +29,7 @@ from scaffold.result import RunResult
 from scaffold.types import Status
 
 _END: Any = object()
+_T = TypeVar("_T")
 
 
 def _no_running_loop(what: str, instead: str) -> None:
@@ -36,6 +38,19 @@ def _no_running_loop(what: str, instead: str) -> None:
     except RuntimeError:
         return
     raise RunError(f"{what}() cannot be called inside a running event loop; use `{instead}` there")
+
+
+async def _then_release(work: Awaitable[_T], models: Mapping[str, Model]) -> _T:
+    """Await ``work``, then let each distinct backend release what it holds on this event loop."""
+    try:
+        return await work
+    finally:
+        released: set[type] = set()
+        for model in models.values():
+            release = getattr(model.backend, "release_loop", None)
+            if release is not None and type(model.backend) not in released:
+                released.add(type(model.backend))
+                await release()
 
 
 def _signature(fn: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -166,9 +181,14 @@ class Graph:
         return result
 
     def run_sync(self, inputs: Mapping[str, Any], **kwargs: Any) -> RunResult:
-        """:meth:`run` from synchronous code (not from inside a running event loop)."""
+        """:meth:`run` from synchronous code (not from inside a running event loop).
+
+        It runs on a fresh event loop and, before closing it, lets every bound backend
+        release what it holds on that loop (HTTP connections, queues).
+        """
         _no_running_loop("run_sync", "await graph.run(...)")
-        return asyncio.run(self.run(inputs, **kwargs))
+        kwargs["models"] = bind_models(self, kwargs.get("models"))
+        return asyncio.run(_then_release(self.run(inputs, **kwargs), kwargs["models"]))
 
     async def map(
         self,
@@ -246,10 +266,12 @@ class Graph:
         """:meth:`map` from synchronous code, collecting every result in dataset order."""
         _no_running_loop("map_sync", "async for result in graph.map(...)")
 
+        kwargs["models"] = bound = bind_models(self, kwargs.get("models"))
+
         async def collect() -> list[RunResult]:
             return sorted([r async for r in self.map(dataset, **kwargs)], key=lambda r: r.index or 0)
 
-        return asyncio.run(collect())
+        return asyncio.run(_then_release(collect(), bound))
 
     # -- as a sub-graph ------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -32,3 +32,14 @@ def numbered_script(answer: object = 7) -> Callable[[Request], str]:
     """A script whose every reply is unique (``draft 0``, ``draft 1``...), all with the same answer."""
     counter = itertools.count()
     return lambda request: f"draft {next(counter)} \\boxed{{{answer}}}"
+
+
+def max_in_window(times: list[float], window: float) -> int:
+    """Largest number of timestamps inside any window of ``window`` seconds."""
+    times = sorted(times)
+    best, start = 0, 0
+    for end, t in enumerate(times):
+        while t - times[start] > window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best

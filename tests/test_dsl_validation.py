@@ -185,15 +185,29 @@ def test_unknown_model_alias_lists_bound_aliases(constant):
     assert backend.calls == 0
 
 
-def test_alias_bound_to_a_string_is_rejected(constant):
-    """Binding an alias to a plain model name (not a Backend or Model) is a ModelAliasError."""
+def test_alias_bound_to_a_model_name_without_a_key_names_the_missing_variable(monkeypatch):
+    """A litellm model name with no API key fails at once (no retry) with an AuthenticationError naming the variable."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
     @sf.graph
     def g(problem):
         return sf.generate("Solve {problem}", model="m")
 
-    with pytest.raises(sf.ModelAliasError, match="gpt"):
-        g.run_sync({"problem": "p"}, models={"m": "gpt-4o"})
+    with pytest.raises(sf.CallError, match="OPENAI_API_KEY") as info:
+        g.run_sync({"problem": "p"}, models={"m": "openai/gpt-4o"})
+    assert isinstance(info.value.__cause__, sf.AuthenticationError)
+    assert info.value.__cause__.attempts == 1
+
+
+def test_alias_bound_to_something_else_is_rejected():
+    """Binding an alias to neither a backend, a Model nor a model name is a ModelAliasError."""
+
+    @sf.graph
+    def g(problem):
+        return sf.generate("Solve {problem}", model="m")
+
+    with pytest.raises(sf.ModelAliasError, match="42"):
+        g.run_sync({"problem": "p"}, models={"m": 42})
 
 
 def test_missing_run_input_is_an_input_error(constant):

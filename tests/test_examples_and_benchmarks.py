@@ -48,3 +48,16 @@ def test_executor_benchmark_ends_with_its_json_keys() -> None:
     assert figures["calls_per_problem"] == 176
     assert figures["wall_over_bound_b1"] >= 1.0
     assert figures["gather_over_bound_b64"] > 1.0
+
+
+@pytest.mark.slow
+def test_backends_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/backends.py --quick prints one JSON line with the keys the issue names; nothing lost or doubled."""
+    out = run("benchmarks/backends.py", "--quick")
+    figures = json.loads(out.strip().splitlines()[-1])
+    for key in ("bench", "litellm_overhead_ms", "raw_openai_overhead_ms", "goodput_share", "lost", "duplicated"):
+        assert key in figures
+    assert figures["bench"] == "backends"
+    assert figures["lost"] == 0 and figures["duplicated"] == 0
+    assert 0.0 < figures["goodput_share"] <= 1.2
+    assert figures["litellm_overhead_ms"] > 0 and figures["raw_openai_overhead_ms"] > 0

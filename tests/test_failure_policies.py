@@ -19,7 +19,7 @@ def failing_first(failures: int, error: BaseException | None = None):
 
     def script(request):
         if next(counter) < failures:
-            raise error or sf.BackendError("boom", retryable=True, status_code=503)
+            raise error or sf.BackendError("boom", retryable=False, status_code=503)
         return boxed(7)
 
     return script
@@ -35,7 +35,7 @@ def bad_and_slow(problem):
 def bad_and_slow_backend() -> ScriptedBackend:
     def script(request):
         if prompt_of(request).startswith("bad"):
-            raise sf.BackendError("server error", retryable=True, status_code=500)
+            raise sf.BackendError("server error", retryable=False, status_code=500)
         return boxed(1)
 
     return ScriptedBackend(script, delay=lambda r: 0.01 if prompt_of(r).startswith("bad") else 0.5)
@@ -335,7 +335,8 @@ def test_cancelling_the_run_task_cancels_calls_and_releases_the_limit():
     assert backend.calls == 2  # the four calls waiting for a place were never sent
     result = events[-1].result
     assert result.status == "cancelled"
-    assert [t.status for t in result.traces] == [sf.Status.CANCELLED] * 2
+    # all six are recorded as cancelled: two were in flight, four were queued for a place (never sent)
+    assert [t.status for t in result.traces] == [sf.Status.CANCELLED] * 6
 
 
 def test_limit_is_usable_after_a_cancelled_run():

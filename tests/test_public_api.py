@@ -38,6 +38,12 @@ def test_exported_members_are_defined_in_scaffold():
     ("error", "bases"),
     [
         (sf.GraphError, (sf.ScaffoldError, ValueError)),
+        (sf.RateLimitError, (sf.BackendError,)),
+        (sf.ServerError, (sf.BackendError,)),
+        (sf.ConnectionFailed, (sf.BackendError,)),
+        (sf.RequestTimeout, (sf.BackendError, TimeoutError)),
+        (sf.AuthenticationError, (sf.BackendError,)),
+        (sf.ContextLengthError, (sf.BadRequestError, sf.BackendError)),
         (sf.SubsetSizeError, (sf.GraphError,)),
         (sf.EmptySetError, (sf.GraphError,)),
         (sf.TemplateError, (sf.GraphError,)),

@@ -1,5 +1,36 @@
-"""Model backends: the protocol and the binding of a backend to a graph's model alias."""
+"""Model backends: the protocol, the binding of a backend to an alias, and the backends themselves.
 
-from scaffold.backends.base import Backend, Capabilities, Model, resolve_model
+- :class:`Backend`, :class:`Capabilities`: the protocol every backend follows.
+- :class:`Model`: a backend bound to an alias, with defaults, limits, timeout and :class:`Retry`.
+- :class:`LiteLLMBackend`: every API provider and any OpenAI-compatible server (vLLM's included).
+- :class:`TransformersBackend`: a Hugging Face causal LM in process (CPU or GPU), micro-batched.
+- :class:`VLLMBackend`: vLLM's engine in process, for training rollouts (LoRA, weight updates).
+- :class:`VLLMServer`: starts ``vllm serve`` (OpenAI API) on 127.0.0.1 for :class:`LiteLLMBackend`.
+- :func:`load_models`: aliases from a TOML/YAML registry.
 
-__all__ = ["Backend", "Capabilities", "Model", "resolve_model"]
+Local engines import torch, transformers and vLLM only when built.
+"""
+
+from scaffold.backends.base import Backend, Capabilities
+from scaffold.backends.litellm import LiteLLMBackend
+from scaffold.backends.model import Model, Reply, resolve_model
+from scaffold.backends.registry import backend_from_spec, load_models
+from scaffold.backends.retry import Retry
+from scaffold.backends.transformers import TransformersBackend
+from scaffold.backends.vllm import VLLMBackend
+from scaffold.backends.vllm_server import VLLMServer
+
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "Model",
+    "Reply",
+    "Retry",
+    "resolve_model",
+    "LiteLLMBackend",
+    "TransformersBackend",
+    "VLLMBackend",
+    "VLLMServer",
+    "backend_from_spec",
+    "load_models",
+]

@@ -3,11 +3,23 @@
 - :class:`ScriptedBackend`: answers from a function or a table; records every request;
   can fail, be slow, and measures how many requests were in flight at once.
 - :class:`SimulatedBackend`: seeded latency (lognormal by default) for benchmarks and examples.
+- :class:`OpenAIServer`: a real OpenAI-compatible HTTP server on 127.0.0.1 answering from a
+  scripted policy, with fault injection (:class:`Fault`: 429 + Retry-After, 5xx, slow,
+  malformed, dropped connections) and a log of every request.
 - :func:`build_tiny_model`: a tiny random Hugging Face chat model built locally (no download).
 """
 
 from scaffold.testing.scripted import ScriptedBackend
+from scaffold.testing.server import Fault, OpenAIServer, ServedRequest, ServerRequest
 from scaffold.testing.simulated import SimulatedBackend
 from scaffold.testing.tiny_model import build_tiny_model
 
-__all__ = ["ScriptedBackend", "SimulatedBackend", "build_tiny_model"]
+__all__ = [
+    "ScriptedBackend",
+    "SimulatedBackend",
+    "OpenAIServer",
+    "Fault",
+    "ServerRequest",
+    "ServedRequest",
+    "build_tiny_model",
+]
