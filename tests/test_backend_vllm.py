@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import scaffold as sf
 from scaffold.backends.vllm_server import VLLMServer
 from scaffold.errors import BackendError
 from scaffold.types import Completion, Request
@@ -411,6 +412,32 @@ def test_server_returns_token_ids_logprobs_and_usage_per_choice(server: VLLMServ
     usage = reply["usage"]
     assert usage["prompt_tokens"] == len(prompt)  # counted once for all n choices
     assert usage["completion_tokens"] == sum(len(c["token_ids"]) for c in reply["choices"])
+
+
+@pytest.mark.slow
+def test_graph_through_litellm_to_the_vllm_server_records_exact_ids_and_logprobs(server: VLLMServer, hf: Any,
+                                                                                 tokenizer: Any) -> None:
+    """sample-then-aggregate via ``hosted_vllm/`` over HTTP: one n=4 request, ids and logprobs equal transformers'."""
+    backend = sf.LiteLLMBackend(f"hosted_vllm/{server.model_name}", api_base=server.base_url)
+    model = sf.Model(backend, params={"max_tokens": 12, "temperature": 1.0})
+
+    @sf.graph
+    def g(problem):
+        pop = sf.sample("{problem}", model="m", n=4, logprobs=True)
+        return sf.aggregate(pop, model="m", logprobs=True)
+
+    result = g.run_sync({"problem": QUESTION}, models={"m": model}, seed=3)
+    samples = [t for t in result.traces if t.node == "sample"]
+    assert len(samples) == 4 and len({t.text for t in samples}) > 1
+    prompt = prompt_ids(tokenizer)
+    for trace in samples:
+        assert trace.token_ids is not None and trace.logprobs is not None
+        assert len(trace.token_ids) == len(trace.logprobs) == trace.usage.completion_tokens
+        assert_close(trace.logprobs, reference_logprobs(hf, prompt, trace.token_ids))
+        assert trace.cost is None  # a local server has no price: unknown, not zero
+    final = result.traces[-1]
+    assert final.node == "aggregate" and set(final.inputs) == {t.id for t in samples}
+    assert final.token_ids is not None
 
 
 @pytest.mark.slow
