@@ -22,3 +22,4 @@ test: install
 
 bench: install
 	$(BIN)/python benchmarks/executor.py
+	$(BIN)/python benchmarks/backends.py

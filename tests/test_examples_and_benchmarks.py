@@ -61,3 +61,15 @@ def test_backends_benchmark_ends_with_its_json_keys() -> None:
     assert figures["lost"] == 0 and figures["duplicated"] == 0
     assert 0.0 < figures["goodput_share"] <= 1.2
     assert figures["litellm_overhead_ms"] > 0 and figures["raw_openai_overhead_ms"] > 0
+
+
+@pytest.mark.slow
+def test_mixed_backends_example_runs_an_http_proposer_and_a_local_aggregator() -> None:
+    """The example's stand-in API refuses once (429) and is retried; the local aggregator returns token ids."""
+    out = run("examples/mixed_backends.py")
+    lines = out.splitlines()
+    proposals = [line for line in lines if " proposer " in line]
+    assert len(proposals) == 3 and all("attempt 2" in line and "$" in line for line in proposals)
+    aggregation = next(line for line in lines if " aggregator " in line)
+    assert "unknown" in aggregation and "token ids" in aggregation and "no token ids" not in aggregation
+    assert "answer from the proposals: 42" in out
