@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scaffold.answers import Extractor
+from scaffold.backends.model import SECRET_PARAMS
 from scaffold.builder import Builder, Input, current_builder
 from scaffold.errors import EmptySetError, GraphDefinitionError, SubsetSizeError, TemplateError
 from scaffold.nodes import CallNode, ConstNode, InputNode, Node, OnError, Quorum, make_policy
@@ -147,6 +148,12 @@ def _call_node(
             size = selector.count(items.size) * samples
         else:
             size = None
+    secrets = sorted(key for key in (params or {}) if key.lower() in SECRET_PARAMS)
+    if secrets:
+        raise GraphDefinitionError(
+            f"sf.{what}() node {node_name!r}: params {', '.join(secrets)} look like credentials, and node params "
+            f"are recorded with every request; give keys to the model binding (sf.Model / the backend) instead"
+        )
     policy = make_policy(on_error)
     if isinstance(policy, Quorum) and size is not None and policy.k > size:
         raise SubsetSizeError(f"sf.{what}() node {node_name!r}: quorum {policy.k} is larger than its {size} calls")

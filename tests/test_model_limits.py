@@ -277,3 +277,14 @@ def test_model_spec_strings_build_backends():
     assert isinstance(model.backend, sf.LiteLLMBackend)
     assert model.name == "hosted_vllm/tiny"
     assert isinstance(Request(messages=(("user", "x"),)), Request)
+
+
+def test_credentials_in_node_params_are_refused_at_build_time():
+    """A node whose params carry an API key is a GraphDefinitionError: node params are recorded with each request."""
+    with pytest.raises(sf.GraphDefinitionError, match="api_key"):
+
+        @sf.graph
+        def g(problem):
+            return sf.generate("Solve {problem}", model="m", params={"api_key": "sk-leak-1234567"})
+
+        g.build()

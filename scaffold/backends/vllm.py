@@ -52,20 +52,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import itertools
 import os
-import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scaffold.backends.base import Capabilities
+from scaffold.backends.vllm_engine import Abort, Call, EngineLoop, Submit, engine_args
+from scaffold.backends.vllm_weights import reload_worker_weights
 from scaffold.errors import BackendError
-from scaffold.types import Completion, Request, Usage
+from scaffold.types import Completion, Request
 
 if TYPE_CHECKING:
     import torch
@@ -80,14 +79,6 @@ BACKEND_PARAMS = frozenset({"lora", "chat_template_kwargs", "max_completion_toke
 """Parameters the backend reads itself: ``max_completion_tokens`` (OpenAI's newer name) means ``max_tokens``;
 a true ``logprobs`` means ``Request.logprobs``."""
 _SEED_SPREAD = 0x9E3779B97F4A7C15
-_CPU_KV_CACHE_BYTES = 1 << 30
-"""KV cache of a CPU engine when neither ``VLLM_CPU_KVCACHE_SPACE`` nor ``engine_kwargs`` size it
-(vLLM's own default reserves 90% of the machine's memory)."""
-_PROCESS_LOCK = threading.Lock()
-"""Guards the environment while an engine is built, and ``_engine_running``."""
-_engine_running = False
-"""One engine per process at a time: vLLM keeps its parallel state and forward context in module globals,
-and an engine's shutdown tears them down for every engine."""
 
 
 def _require_vllm() -> Any:
@@ -96,38 +87,6 @@ def _require_vllm() -> Any:
     except ImportError as exc:
         raise ImportError(f"VLLMBackend needs vLLM: {INSTALL_HINT}") from exc
     return vllm
-
-
-@dataclass(slots=True)
-class _Submit:
-    """A request for the engine thread, and where its answer goes."""
-
-    request_id: str
-    request: Request
-    sampling: Any
-    """``vllm.SamplingParams``."""
-    lora: Any
-    """``vllm.lora.request.LoRARequest`` or ``None``."""
-    lora_name: str | None
-    model: str
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[list[Completion]]
-
-
-@dataclass(slots=True)
-class _Abort:
-    request_id: str
-
-
-@dataclass(slots=True)
-class _Call:
-    """Run ``fn(engine)`` on the engine thread between two steps."""
-
-    fn: Callable[[Any], Any]
-    future: concurrent.futures.Future[Any]
-
-
-_STOP = object()
 
 
 class VLLMBackend:
@@ -183,10 +142,10 @@ class VLLMBackend:
         self._active_lora: str | None = None
         self._lora_ids = itertools.count(1)
         self._request_ids = itertools.count()
-        self._engine_loop = _EngineLoop()
-        args = _engine_args(self.name, enable_lora=enable_lora, max_lora_rank=max_lora_rank,
-                            enable_prefix_caching=enable_prefix_caching, dtype=dtype, max_model_len=max_model_len,
-                            engine_kwargs=engine_kwargs or {})
+        self._engine_loop = EngineLoop()
+        args = engine_args(self.name, enable_lora=enable_lora, max_lora_rank=max_lora_rank,
+                           enable_prefix_caching=enable_prefix_caching, dtype=dtype, max_model_len=max_model_len,
+                           engine_kwargs=engine_kwargs or {})
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._engine_loop.run, args=(args, ready), name="scaffold-vllm-engine",
                                         daemon=True)
@@ -212,11 +171,11 @@ class VLLMBackend:
         future: asyncio.Future[list[Completion]] = loop.create_future()
         request_id = f"scaffold-{next(self._request_ids)}"
         lora = self._adapters[lora_name] if lora_name is not None else None
-        self._engine_loop.send(_Submit(request_id, request, sampling, lora, lora_name, self.name, loop, future))
+        self._engine_loop.send(Submit(request_id, request, sampling, lora, lora_name, self.name, loop, future))
         try:
             return await future
         except asyncio.CancelledError:
-            self._engine_loop.commands.put(_Abort(request_id))  # after a stop nobody reads it: harmless
+            self._engine_loop.commands.put(Abort(request_id))  # after a stop nobody reads it: harmless
             raise
 
     def load_lora(self, path: str | os.PathLike[str], name: str | None = None, *, activate: bool = True) -> str:
@@ -274,7 +233,7 @@ class VLLMBackend:
         version = self.weights_version + 1
 
         def load(engine: Any) -> None:
-            engine.collective_rpc(_reload_worker_weights, args=(named,))
+            engine.collective_rpc(reload_worker_weights, args=(named,))
             engine.reset_prefix_cache(reset_running_requests=True)
             engine.set_weight_version(str(version))
 
@@ -304,7 +263,7 @@ class VLLMBackend:
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._engine_loop.send(_Call(fn, future))
+        self._engine_loop.send(Call(fn, future))
         return future.result()
 
     def _sampling(self, request: Request) -> tuple[Any, str | None]:
@@ -337,304 +296,3 @@ class VLLMBackend:
             raise BackendError(f"no LoRA adapter named {lora_name!r}; loaded: {sorted(self._adapters)}",
                                retryable=False)
         return sampling, lora_name
-
-
-def _engine_args(model: str, *, enable_lora: bool, max_lora_rank: int, enable_prefix_caching: bool,
-                 dtype: str | None, max_model_len: int | None, engine_kwargs: Mapping[str, Any]) -> Any:
-    """``vllm.EngineArgs`` with this backend's defaults (fast start and a bounded KV cache on CPU)."""
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.platforms import current_platform
-
-    on_cpu = current_platform.is_cpu()
-    args: dict[str, Any] = {
-        "model": model,
-        "dtype": dtype or ("float32" if on_cpu else "auto"),
-        "max_model_len": max_model_len,
-        "enable_prefix_caching": enable_prefix_caching,
-        "enable_lora": enable_lora,
-        "disable_log_stats": True,
-    }
-    if enable_lora:
-        args["max_lora_rank"] = max_lora_rank
-    if on_cpu:
-        args["enforce_eager"] = True
-        sized = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(engine_kwargs)
-        if not sized and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-            args["kv_cache_memory_bytes"] = _CPU_KV_CACHE_BYTES
-    args.update(engine_kwargs)
-    return EngineArgs(**args)
-
-
-def _build_engine(args: Any) -> Any:
-    """An ``LLMEngine`` whose core and worker run in this process (and thread)."""
-    import torch
-    from vllm.v1.engine.llm_engine import LLMEngine
-
-    global _engine_running
-    set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
-    with _PROCESS_LOCK:
-        if _engine_running:
-            raise RuntimeError("another VLLMBackend is running in this process; close() it first "
-                               "(vLLM's parallel state is process-wide: one in-process engine at a time)")
-        previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read while the engine is built, not after
-        try:
-            engine = LLMEngine.from_engine_args(args)
-            _engine_running = True
-        except BaseException:
-            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-            cleanup_dist_env_and_memory()  # whatever the failed start set up would block the next one
-            raise
-        finally:
-            torch.set_num_threads = set_num_threads
-            if previous is None:
-                os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-            else:
-                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
-    try:
-        _check_cpu_head_size(engine)
-    except ValueError:
-        _shutdown_engine(engine)
-        raise
-    engine.set_weight_version("0")
-    return engine
-
-
-def _check_cpu_head_size(engine: Any) -> None:
-    """vLLM's CPU attention fails at the first request for some head sizes; say so at start-up instead."""
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-
-    head_size = engine.model_config.get_head_size()
-    supported = CPUAttentionBackend.get_supported_head_sizes()
-    if head_size not in supported:
-        raise ValueError(f"vLLM's CPU attention supports head sizes {supported}; "
-                         f"{engine.model_config.model} has {head_size} (hidden size / attention heads)")
-
-
-class _EngineLoop:
-    """The engine thread's side: a command queue in, continuous batching, futures resolved out.
-
-    Callers (any thread) only :meth:`send` commands; the engine is touched by the thread running
-    :meth:`run` alone. Once the loop stops taking commands, ``send`` raises instead of queueing
-    work nobody would answer.
-    """
-
-    def __init__(self) -> None:
-        self.commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.failure: BaseException | None = None
-        """Why the engine stopped, when it failed."""
-        self.accepting = True
-        self.compile_stance: Callable[[], Any] = contextlib.nullcontext
-        """Context for each step: eager torch when the engine is (its default on the CPU build)."""
-        self._lock = threading.Lock()
-
-    def closed_error(self) -> BackendError:
-        reason = f" (the engine failed: {type(self.failure).__name__}: {self.failure})" if self.failure else ""
-        return BackendError(f"the VLLMBackend is closed{reason}", retryable=False)
-
-    def send(self, command: Any) -> None:
-        with self._lock:
-            if not self.accepting:
-                raise self.closed_error()
-            self.commands.put(command)
-
-    def stop(self, thread: threading.Thread) -> None:
-        """Ask the loop to stop and wait for the engine to shut down (the backend's finalizer)."""
-        self.commands.put(_STOP)
-        if thread is not threading.current_thread():
-            thread.join()
-
-    def run(self, args: Any, ready: concurrent.futures.Future[None]) -> None:
-        """The engine thread: build the engine, serve until told to stop, answer what is left, shut down."""
-        try:
-            engine = _build_engine(args)
-        except BaseException as exc:  # handed to the constructor, which raises it
-            with self._lock:
-                self.accepting = False
-            ready.set_exception(exc)
-            return
-        if engine.model_config.enforce_eager:
-            import torch
-
-            # the sampler's logprob ranks are torch.compile'd apart from the model: ≈ 5 s of inductor per shape on CPU
-            self.compile_stance = lambda: torch.compiler.set_stance("force_eager")
-        ready.set_result(None)
-        pending: dict[str, _Submit] = {}
-        try:
-            self._serve(engine, pending)
-        except BaseException as exc:  # the engine is unusable; every waiter hears why
-            self.failure = exc
-        finally:
-            with self._lock:
-                self.accepting = False
-            error = self.closed_error()
-            for submit in pending.values():
-                _deliver(submit, error)
-            while not self.commands.empty():
-                _refuse(self.commands.get_nowait(), error)
-            _shutdown_engine(engine)
-
-    def _serve(self, engine: Any, pending: dict[str, _Submit]) -> None:
-        """Continuous batching: take every waiting command, run one scheduler step, deliver what finished."""
-        while True:
-            # 1) block while idle; otherwise take only what is already queued
-            waiting = [] if engine.has_unfinished_requests() else [self.commands.get()]
-            while not self.commands.empty():
-                waiting.append(self.commands.get_nowait())
-            for command in waiting:
-                if command is _STOP:
-                    return
-                _handle(engine, command, pending)
-            # 2) one scheduler step over every request in flight
-            if engine.has_unfinished_requests():
-                with self.compile_stance():
-                    outputs = engine.step()
-                for output in outputs:
-                    if output.finished and (submit := pending.pop(output.request_id, None)) is not None:
-                        _deliver(submit, _completions(submit, output))
-
-
-def _handle(engine: Any, command: Any, pending: dict[str, _Submit]) -> None:
-    if isinstance(command, _Submit):
-        if command.future.done():  # cancelled before it reached the engine
-            return
-        try:
-            prompt = _prompt(engine, command.request)
-            engine.add_request(command.request_id, prompt, command.sampling, lora_request=command.lora)
-        except Exception as exc:  # a bad request fails alone
-            _deliver(command, BackendError(f"vLLM rejected the request: {type(exc).__name__}: {exc}",
-                                           retryable=False))
-            return
-        pending[command.request_id] = command
-    elif isinstance(command, _Abort):
-        if pending.pop(command.request_id, None) is not None:
-            engine.abort_request([command.request_id])
-    elif isinstance(command, _Call):
-        if command.future.set_running_or_notify_cancel():
-            try:
-                command.future.set_result(command.fn(engine))
-            except Exception as exc:  # raised in the caller's thread
-                command.future.set_exception(exc)
-
-
-def _prompt(engine: Any, request: Request) -> Any:
-    """The engine prompt: chat messages rendered with the chat template and tokenised, or the raw text."""
-    if not request.messages:
-        return request.prompt
-    tokenizer = engine.get_tokenizer()
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(f"the tokenizer of {engine.model_config.model} has no chat template; send a raw `prompt`")
-    messages = [{"role": role, "content": content} for role, content in request.messages]
-    template_kwargs = request.params.get("chat_template_kwargs") or {}
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **template_kwargs)
-    return {"prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
-
-
-def _completions(submit: _Submit, output: Any) -> list[Completion]:
-    """One ``Completion`` per choice of a finished ``vllm.RequestOutput``."""
-    prompt_tokens = len(output.prompt_token_ids or ())
-    completions = []
-    for choice in sorted(output.outputs, key=lambda c: c.index):
-        token_ids = tuple(choice.token_ids)
-        logprobs = None
-        if choice.logprobs is not None:  # asked for
-            logprobs = tuple(float(step[token].logprob) for step, token in zip(choice.logprobs, token_ids))
-        metadata: dict[str, Any] = {
-            "weight_versions": tuple((span.version, span.start, span.end) for span in choice.weight_versions or ()),
-            "cached_prompt_tokens": output.num_cached_tokens or 0,
-        }
-        if choice.stop_reason is not None:
-            metadata["stop_reason"] = choice.stop_reason
-        if submit.lora_name is not None:
-            metadata["lora"] = submit.lora_name
-        completions.append(Completion(
-            text=choice.text,
-            token_ids=token_ids,
-            logprobs=logprobs,
-            usage=Usage(prompt_tokens, len(token_ids)),
-            finish_reason=choice.finish_reason,
-            cost=None,
-            model=submit.model,
-            metadata=metadata,
-        ))
-    return completions
-
-
-def _deliver(submit: _Submit, result: list[Completion] | BaseException) -> None:
-    """Resolve a caller's future from the engine thread (its loop may be gone: then nobody waits)."""
-
-    def resolve() -> None:
-        if submit.future.done():
-            return
-        if isinstance(result, BaseException):
-            submit.future.set_exception(result)
-        else:
-            submit.future.set_result(result)
-
-    try:
-        submit.loop.call_soon_threadsafe(resolve)
-    except RuntimeError:  # the loop is closed
-        pass
-
-
-def _refuse(command: Any, error: BackendError) -> None:
-    """Answer a command that arrived after the engine stopped."""
-    if isinstance(command, _Submit):
-        _deliver(command, error)
-    elif isinstance(command, _Call) and command.future.set_running_or_notify_cancel():
-        command.future.set_exception(error)
-
-
-def _shutdown_engine(engine: Any) -> None:
-    """Stop the engine and tear down vLLM's process-wide parallel state, so another engine can start."""
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-    global _engine_running
-    with _PROCESS_LOCK:
-        try:
-            engine.engine_core.shutdown()
-        finally:
-            del engine
-            cleanup_dist_env_and_memory()
-            _engine_running = False
-
-
-def _reload_worker_weights(worker: Any, weights: list[tuple[str, Any]]) -> None:
-    """Runs on the vLLM worker: check that fused layers are whole, then reload in place."""
-    _check_whole_layers(worker.model_runner.get_model(), [name for name, _ in weights])
-    worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
-
-
-def _check_whole_layers(model: Any, names: list[str]) -> None:
-    """Raise ``ValueError`` when ``names`` cover only part of a layer vLLM fuses (q/k/v, gate/up...).
-
-    vLLM reloads a layer as a whole; a layer given in part would come back with uninitialised
-    elements (NaN logprobs). Names vLLM maps differently from this scheme are left to vLLM.
-    """
-    packed: Mapping[str, list[str]] = getattr(model, "packed_modules_mapping", None) or {}
-    fused_into = {member: fused for fused, members in packed.items() for member in members}
-    parameters = {name.replace(".base_layer.", ".") for name, _ in model.named_parameters()}
-    given: dict[str, set[tuple[str | None, str]]] = {}
-    for name in names:
-        module, _, parameter = name.rpartition(".")
-        parent, _, leaf = module.rpartition(".")
-        fused = fused_into.get(leaf)
-        target = f"{parent}.{fused}" if fused and parent else module
-        if f"{target}.{parameter}" in parameters:
-            given.setdefault(target, set()).add((leaf if fused else None, parameter))
-    missing = []
-    for target, got in given.items():
-        parent, _, leaf = target.rpartition(".")
-        members: list[str | None] = list(packed[leaf]) if leaf in packed and any(m for m, _ in got) else [None]
-        own = {p.rpartition(".")[2] for p in parameters if p.rpartition(".")[0] == target}
-        for member in members:
-            for parameter in own:
-                if (member, parameter) not in got:
-                    missing.append(f"{parent}.{member}.{parameter}" if member else f"{target}.{parameter}")
-    if missing:
-        raise ValueError(f"update_weights covers part of a fused layer; also pass: {', '.join(sorted(missing))}")
