@@ -26,12 +26,14 @@ from scaffold.backends import (
     VLLMServer,
     load_models,
 )
+from scaffold.budget import Budget
 from scaffold.builder import Input
 from scaffold.control import loop
 from scaffold.errors import (
     AuthenticationError,
     BackendError,
     BadRequestError,
+    BudgetExceeded,
     CallError,
     CallTimeout,
     ConnectionFailed,
@@ -110,6 +112,7 @@ __all__ = [
     "Capabilities",
     "Model",
     "Retry",
+    "Budget",
     "LiteLLMBackend",
     "TransformersBackend",
     "VLLMBackend",
@@ -147,6 +150,7 @@ __all__ = [
     "QuorumError",
     "EmptyInputError",
     "BackendError",
+    "BudgetExceeded",
     "RateLimitError",
     "ServerError",
     "ConnectionFailed",

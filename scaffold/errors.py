@@ -22,6 +22,7 @@
         │   ├── AuthenticationError      401/403 or a missing key; never retried
         │   └── BadRequestError          400/404/422; never retried
         │       └── ContextLengthError   the prompt does not fit the model's context
+        ├── BudgetExceeded               a call was refused: it could pass the run's token or dollar budget
         ├── CallTimeout (TimeoutError)   one call ran past its timeout
         └── RunTimeout (TimeoutError)    the whole run ran past its timeout
 """
@@ -151,6 +152,10 @@ class BadRequestError(BackendError):
 
 class ContextLengthError(BadRequestError):
     """The prompt (plus ``max_tokens``) does not fit the model's context window; never retried."""
+
+
+class BudgetExceeded(RunError):
+    """A call was not sent: it could pass the token or dollar :class:`~scaffold.budget.Budget` of its run."""
 
 
 class CallTimeout(RunError, TimeoutError):

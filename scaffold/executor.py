@@ -29,7 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scaffold.answers import Extractor, extract_boxed
-from scaffold.backends.model import Model, resolve_model
+from scaffold.backends.model import Model, Reply, resolve_model
+from scaffold.budget import Budget
 from scaffold.describe import check_run_sizes
 from scaffold.errors import (
     BackendError,
@@ -128,8 +129,10 @@ class Run:
         subscribers: Sequence[Subscriber] = (),
         call_timeout: float | None = None,
         extract: Extractor = extract_boxed,
+        budget: Budget | None = None,
     ) -> None:
         self.graph = graph
+        self.budget = budget
         self.inputs = inputs
         self.models = models
         self.run_id = run_id
@@ -319,14 +322,12 @@ class Run:
                 if self.subscribers:
                     ids = tuple(f"{self.run_id}/{node.name}#{index + i}" for i in range(len(outs)))
                     self.emit(CallStarted(self.run_id, ids, node.alias or ""))
-                if self.call_timeout is None:
+                if self.budget is not None:
+                    reply = await self._within_budget(node, model, request)
+                elif self.call_timeout is None:
                     reply = await model.complete(request)
                 else:
-                    try:
-                        async with asyncio.timeout(self.call_timeout):
-                            reply = await model.complete(request)
-                    except TimeoutError:
-                        raise CallTimeout(f"call to {node.alias!r} ran past {self.call_timeout}s") from None
+                    reply = await self._timed(node, model, request)
                 completions = reply.completions
                 if len(completions) != request.n:
                     raise BackendError(f"backend returned {len(completions)} completions for n={request.n}")
@@ -358,6 +359,24 @@ class Run:
                 self.finish(slot, trace)
         finally:  # cheaper than a done-callback, which costs one more loop turn per call
             self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+    async def _timed(self, node: CallNode, model: Model, request: Request) -> Reply:
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                return await model.complete(request)
+        except TimeoutError:
+            raise CallTimeout(f"call to {node.alias!r} ran past {self.call_timeout}s") from None
+
+    async def _within_budget(self, node: CallNode, model: Model, request: Request) -> Reply:
+        budget = self.budget
+        assert budget is not None
+        booked = budget.book(request)  # raises BudgetExceeded before anything is sent
+        reply = None
+        try:
+            reply = await (model.complete(request) if self.call_timeout is None else self._timed(node, model, request))
+            return reply
+        finally:
+            budget.settle(booked, reply.completions if reply is not None else None)
 
     def _trace(
         self, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, completion: Completion | None,

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, overload
 
 from scaffold.answers import Extractor, extract_boxed
 from scaffold.backends.model import Model
+from scaffold.budget import Budget
 from scaffold.builder import Builder, Input, building, current_builder, in_build
 from scaffold.describe import check_run_sizes, count_calls, describe, mermaid, spec
 from scaffold.errors import GraphDefinitionError, GraphError, InputError, RunError
@@ -157,15 +158,18 @@ class Graph:
         subscribers: Sequence[Subscriber] = (),
         extract: Extractor = extract_boxed,
         raise_on_error: bool = True,
+        budget: Budget | None = None,
     ) -> RunResult:
         """Run the graph once on ``inputs``.
 
         ``models`` binds every alias to a backend or a :class:`~scaffold.Model` (share one
         ``Model`` between runs to share its in-flight limit). ``seed`` fixes every random
         choice (recorded in the result; drawn at random when ``None``). ``timeout`` bounds the
-        whole run, ``call_timeout`` each call. Failures raise :class:`~scaffold.errors.RunError`
-        subclasses after every in-flight call was cancelled and recorded, unless
-        ``raise_on_error=False``, which returns the failed result instead.
+        whole run, ``call_timeout`` each call. ``budget`` (:class:`~scaffold.Budget`) caps the
+        tokens or dollars spent: a call that could pass it is refused with ``BudgetExceeded``
+        before it is sent. Failures raise :class:`~scaffold.errors.RunError` subclasses after
+        every in-flight call was cancelled and recorded, unless ``raise_on_error=False``, which
+        returns the failed result instead.
         """
         self._check_inputs(inputs)
         bound = bind_models(self, models)
@@ -173,7 +177,7 @@ class Graph:
             self, inputs, bound,
             run_id=run_id or uuid.uuid4().hex[:16],
             seed=random.SystemRandom().randrange(2**31) if seed is None else int(seed),
-            subscribers=subscribers, call_timeout=call_timeout, extract=extract,
+            subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget,
         )
         result = await run.execute(timeout)
         if result.error is not None and raise_on_error:
@@ -206,7 +210,8 @@ class Graph:
         Results are yielded as they finish (``result.index`` is the row's position) and
         not kept, so memory does not grow with the dataset. A failed row yields a
         result with ``status != "ok"`` instead of stopping the batch. Every run shares
-        the same ``Model`` objects, so per-alias limits hold across the whole batch.
+        the same ``Model`` objects, so per-alias limits hold across the whole batch, and
+        the same ``budget=`` (a :class:`~scaffold.Budget`), so it caps the whole batch.
 
         Example:
             >>> import scaffold as sf

@@ -39,6 +39,7 @@ def test_exported_members_are_defined_in_scaffold():
     [
         (sf.GraphError, (sf.ScaffoldError, ValueError)),
         (sf.RateLimitError, (sf.BackendError,)),
+        (sf.BudgetExceeded, (sf.RunError,)),
         (sf.ServerError, (sf.BackendError,)),
         (sf.ConnectionFailed, (sf.BackendError,)),
         (sf.RequestTimeout, (sf.BackendError, TimeoutError)),
