@@ -344,3 +344,12 @@ def test_registry_errors_are_clear(tmp_path):
     yaml_path = tmp_path / "models.yaml"
     yaml_path.write_text("models:\n  judge:\n    model: hosted_vllm/x\n    max_in_flight: 5\n")
     assert sf.load_models(yaml_path)["judge"].limit.limit == 5
+
+
+@pytest.mark.parametrize(("model", "native_n"), [
+    ("openai/gpt-4o-mini", True), ("hosted_vllm/pocket", True),
+    ("anthropic/claude-3-5-haiku-latest", False), ("gemini/gemini-2.0-flash", False),
+])
+def test_n_is_native_only_where_the_provider_takes_it(model, native_n):
+    """OpenAI and vLLM get ``n`` in one request; Anthropic and Gemini are fanned out one request per sample."""
+    assert sf.LiteLLMBackend(model).capabilities.supports_n is native_n
