@@ -3,9 +3,10 @@
 A call is refused — with :class:`~scaffold.errors.BudgetExceeded`, under its node's failure
 policy — when sending it could pass a limit: its tokens are estimated before sending (prompt
 characters / 4 plus ``n`` × ``max_tokens``) and booked, then corrected from the reported
-usage; dollars are checked against what was already spent (a price is only known after the
-answer). Calls whose cost is unknown count no dollars: a dollar budget cannot hold for
-models without a price, and says so in ``unpriced_calls``.
+usage (a call that reports none keeps its estimate); dollars are checked against what was
+already spent (a price is only known after the answer). Calls whose cost is unknown count
+no dollars: a dollar budget cannot hold for models without a price, and says so in
+``unpriced_calls``.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ class Budget:
         self.max_tokens = max_tokens
         self.max_cost = max_cost
         self.tokens = 0
-        """Tokens spent (reported usage of finished calls)."""
+        """Tokens spent (reported usage of finished calls; the estimate of those that report none)."""
         self.cost = 0.0
         """Dollars spent by calls with a known price."""
         self.unpriced_calls = 0
-        """Finished calls whose price was unknown (their dollars are not counted)."""
+        """Finished choices (one per trace) whose price was unknown (their dollars are not counted)."""
         self.refused = 0
         """Calls refused because they could pass a limit."""
         self._booked = 0
@@ -71,6 +72,8 @@ class Budget:
     def settle(self, booked: int, completions: Sequence[Completion] | None) -> None:
         """Replace a booking by what the call really used (nothing when it failed)."""
         self._booked -= booked
+        if completions and not any(c.usage.total_tokens for c in completions):
+            self.tokens += booked  # no usage reported: the estimate stands, or the budget would never run out
         for completion in completions or ():
             self.tokens += completion.usage.total_tokens
             if completion.cost is None:

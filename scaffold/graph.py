@@ -46,11 +46,11 @@ async def _then_release(work: Awaitable[_T], models: Mapping[str, Model]) -> _T:
     try:
         return await work
     finally:
-        released: set[type] = set()
+        released: set[int] = set()
         for model in models.values():
             release = getattr(model.backend, "release_loop", None)
-            if release is not None and type(model.backend) not in released:
-                released.add(type(model.backend))
+            if release is not None and id(model.backend) not in released:
+                released.add(id(model.backend))
                 await release()
 
 

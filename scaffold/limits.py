@@ -2,7 +2,8 @@
 
 - :class:`InFlightLimit`: at most ``n`` requests at once. Unlike ``asyncio.Semaphore`` it is
   not tied to the first event loop that used it, so one :class:`~scaffold.backends.Model`
-  can serve ``run_sync`` calls made one after another; it measures its peak.
+  can serve ``run_sync`` calls made one after another, or at once from several threads;
+  it measures its peak.
 - :class:`RateLimit`: requests or tokens per minute, paced evenly with a small burst.
 - :class:`Throttle`: the pace learned from a provider's 429 answers.
 """
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 
@@ -17,13 +19,16 @@ from collections import deque
 class InFlightLimit:
     """At most ``limit`` holders at once; waiters are served first come, first served.
 
+    Safe to share between event loops in different threads (``run_sync`` from a thread pool):
+    a place freed on one loop is handed to a waiter on another through that waiter's loop.
+
     Example:
         >>> limit = InFlightLimit(2)
         >>> limit.limit, limit.peak
         (2, 0)
     """
 
-    __slots__ = ("limit", "in_flight", "peak", "_waiters")
+    __slots__ = ("limit", "in_flight", "peak", "_waiters", "_lock")
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -32,42 +37,69 @@ class InFlightLimit:
         self.in_flight = 0
         self.peak = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._lock = threading.Lock()
 
     async def acquire(self) -> None:
         """Wait for a free place and take it."""
-        if self.in_flight < self.limit and not self._waiters:
-            self.in_flight += 1
-            if self.in_flight > self.peak:
-                self.peak = self.in_flight
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        with self._lock:
+            if self.in_flight < self.limit and not self._waiters:
+                self.in_flight += 1
+                if self.in_flight > self.peak:
+                    self.peak = self.in_flight
+                return
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
         try:
             await fut
         except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
+            with self._lock:
+                handed = fut.done() and not fut.cancelled()
+                if not handed:
+                    try:
+                        self._waiters.remove(fut)
+                    except ValueError:
+                        pass  # already popped: _hand_over will pass the place on
+            if handed:
                 self.release()  # we were handed a place after being cancelled: pass it on
-            else:
-                try:
-                    self._waiters.remove(fut)
-                except ValueError:
-                    pass
             raise
 
     def release(self) -> None:
         """Give a place back, handing it straight to the oldest waiter."""
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)  # the place moves to the waiter; in_flight is unchanged
+        with self._lock:
+            while self._waiters:
+                fut = self._waiters.popleft()
+                if not fut.done():
+                    break
+            else:
+                self.in_flight -= 1
                 return
-        self.in_flight -= 1
+        loop = fut.get_loop()  # the place moves to the waiter; in_flight is unchanged
+        if loop is _running_loop():
+            self._hand_over(fut)
+            return
+        try:
+            loop.call_soon_threadsafe(self._hand_over, fut)  # futures are not thread-safe
+        except RuntimeError:  # the waiter's loop is closed: nobody will take the place
+            self.release()
+
+    def _hand_over(self, fut: asyncio.Future[None]) -> None:
+        if fut.done():  # cancelled while the place was on its way: pass it on
+            self.release()
+        else:
+            fut.set_result(None)
 
     async def __aenter__(self) -> None:
         await self.acquire()
 
     async def __aexit__(self, *exc: object) -> None:
         self.release()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class RateLimit:
@@ -85,7 +117,7 @@ class RateLimit:
         [0.0, 0.1, 0.2]
     """
 
-    __slots__ = ("per_minute", "interval", "tolerance", "_tat", "_gate")
+    __slots__ = ("per_minute", "interval", "tolerance", "_tat", "_gate", "_lock")
 
     def __init__(self, per_minute: float, burst: float | None = None) -> None:
         if per_minute <= 0:
@@ -96,18 +128,21 @@ class RateLimit:
         self.tolerance = (burst - 1.0) * self.interval
         self._tat = float("-inf")
         self._gate = InFlightLimit(1)
+        self._lock = threading.Lock()  # adjust() runs outside the gate, maybe in another thread
 
     def reserve(self, cost: float = 1.0, *, now: float | None = None) -> float:
         """Book ``cost`` units and return how many seconds to wait before starting."""
         now = time.monotonic() if now is None else now
-        tat = max(self._tat, now)
-        start = max(now, tat - self.tolerance)
-        self._tat = tat + cost * self.interval
+        with self._lock:
+            tat = max(self._tat, now)
+            start = max(now, tat - self.tolerance)
+            self._tat = tat + cost * self.interval
         return start - now
 
     def adjust(self, delta: float) -> None:
         """Correct an earlier reservation by ``delta`` units (the real token count was known late)."""
-        self._tat += delta * self.interval
+        with self._lock:
+            self._tat += delta * self.interval
 
     async def acquire(self, cost: float = 1.0) -> None:
         """Wait until ``cost`` units may start, then book them.
@@ -166,6 +201,10 @@ class Throttle:
         start = max(now, self._tat)
         self._tat = start + self.interval
         return start - now
+
+    def give_back(self) -> None:
+        """A request booked by :meth:`delay` gave up before starting: free its place in the pace."""
+        self._tat -= self.interval
 
     def succeeded(self, *, now: float | None = None) -> None:
         """Count a success; speed up after a quiet spell."""

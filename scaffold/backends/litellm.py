@@ -19,10 +19,13 @@ litellm is imported on first use (it takes seconds), with its price map read loc
 from __future__ import annotations
 
 import asyncio
+import datetime
 import email.utils
+import math
 import os
 import re
 import time
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,6 +51,7 @@ TOKEN_ID_PROVIDERS = frozenset({"hosted_vllm"})
 
 _CONNECTION_SIGNS = ("cannot connect to host", "connection refused", "server disconnected", "connection reset",
                      "remoteprotocolerror", "connecterror", "connection closed")
+_SECRET_VARIABLE_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
 _SECRET_PATTERNS = (
     re.compile(r"sk-[A-Za-z0-9_\-]{6,}"),
     re.compile(r"(?i)(bearer\s+)[^\s'\",}]+"),
@@ -64,6 +68,10 @@ def import_litellm() -> Any:
         raise ImportError("the litellm backend needs litellm: pip install 'scaffold-sdk[api]'") from exc
     litellm.suppress_debug_info = True
     litellm.telemetry = False
+    # litellm silences pydantic's `ReadOnly` warning (raised while it builds schemas lazily, during
+    # calls) with a filter set once at import; an enclosing warnings.catch_warnings() (pytest wraps
+    # each test in one) discards it, and the calls then fail under -W error. Keep it in front.
+    warnings.filterwarnings("ignore", message=".*`ReadOnly` qualifier.*", category=UserWarning)
     return litellm
 
 
@@ -177,6 +185,7 @@ class LiteLLMBackend:
         """Send ``request`` once; map any failure to a typed :class:`BackendError`."""
         litellm = import_litellm()
         kwargs = self._kwargs(request)
+        error: BackendError | None = None
         try:
             if request.prompt is not None and not request.messages:
                 client = self._text_client(kwargs)
@@ -187,13 +196,16 @@ class LiteLLMBackend:
                 messages = [{"role": role, "content": content} for role, content in request.messages]
                 response = await litellm.acompletion(messages=messages, **kwargs)
         except Exception as exc:
-            raise self._typed_error(exc) from None  # the original may quote the key; never chain it
+            error = self._typed_error(exc)
+        if error is not None:  # raised outside the handler: the original may quote the key, so no __context__
+            raise error
         try:
             return self._completions(response, request)
         except BackendError:
             raise
         except Exception as exc:
-            raise ServerError(self._redact(f"could not read the response of {self.model_name}: {exc!r}")) from None
+            error = ServerError(self._redact(f"could not read the response of {self.model_name}: {exc!r}"))
+        raise error
 
     def _api_key_value(self) -> str | None:
         if self._api_key is not None:
@@ -310,6 +322,8 @@ class LiteLLMBackend:
     # -- errors -----------------------------------------------------------------------------------
     def _redact(self, text: str) -> str:
         secrets = [s for s in (self._api_key, os.environ.get(self.api_key_env or "") or None) if s]
+        secrets += [value for name, value in os.environ.items()  # providers' own variables (GEMINI_API_KEY...)
+                    if len(value) >= 8 and name.upper().endswith(_SECRET_VARIABLE_SUFFIXES)]
         return redact(text, secrets)
 
     def _typed_error(self, exc: BaseException) -> BackendError:
@@ -397,18 +411,24 @@ def retry_after(exc: BaseException) -> float | None:
     if not headers:
         return None
     lower = {str(k).lower(): str(v) for k, v in dict(headers).items()}
-    try:
-        if "retry-after-ms" in lower:
-            return float(lower["retry-after-ms"]) / 1000.0
-        if "retry-after" in lower:
-            value = lower["retry-after"]
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = lower.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            if name == "retry-after-ms":
+                continue
             try:
-                return float(value)
-            except ValueError:
                 when = email.utils.parsedate_to_datetime(value)
-                return max(0.0, when.timestamp() - time.time())
-    except (ValueError, TypeError):
-        return None
+            except (ValueError, TypeError, IndexError):
+                continue
+            if when.tzinfo is None:  # "-0000": an HTTP date is UTC, never local time
+                when = when.replace(tzinfo=datetime.UTC)
+            seconds = max(0.0, when.timestamp() - time.time())
+        if math.isfinite(seconds) and seconds >= 0:  # "inf" or "nan" would stall or spin the throttle
+            return seconds
     return None
 
 

@@ -63,12 +63,14 @@ class Model:
         backend: what answers the requests.
         name: concrete model name sent as ``Request.model`` (default: the backend's ``model_name``).
         params: default sampling parameters; a node's ``params`` override them.
-        max_in_flight: most requests in flight at once (``None``: unlimited).
+        max_in_flight: most requests in flight at once (``None``: unlimited); a request backing off
+            before a retry holds no place.
         requests_per_minute: most requests started per minute, paced evenly with one second's worth of burst.
         tokens_per_minute: most tokens (prompt + completion) per minute; estimated before sending
             (prompt characters / 4 + ``n`` × ``max_tokens``), corrected from the reported usage.
         timeout: seconds one attempt may take before it is abandoned (and retried).
-        retry: retry policy for retryable backend errors (default: ``Retry()``).
+        retry: retry policy for retryable backend errors (default: ``Retry()``); its ``max_retry_after``
+            also caps the pause a 429's ``Retry-After`` imposes on the model's shared pace.
 
     Example:
         >>> from scaffold.testing import ScriptedBackend
@@ -101,6 +103,8 @@ class Model:
         timeout: float | None = None,
         retry: Retry | None = None,
     ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"a timeout must be positive, got {timeout}")
         params = dict(params or {})
         secrets = {key: params.pop(key) for key in list(params) if key.lower() in SECRET_PARAMS}
         if isinstance(backend, str):
@@ -141,8 +145,10 @@ class Model:
 
     async def complete(self, request: Request) -> Reply:
         """Send ``request`` under this model's limits, timeout and retry policy."""
-        attempt = 1
+        attempt, backoff = 1, 0.0
         while True:
+            if backoff:  # waited without a place: a request backing off is not in flight
+                await asyncio.sleep(backoff)
             limit = self.limit
             if limit is not None:
                 await limit.acquire()
@@ -168,7 +174,7 @@ class Model:
                 if not self.retry.should_retry(exc, attempt):
                     exc.attempts = attempt
                     raise
-                await asyncio.sleep(self.retry.delay(attempt, exc, self._rng))
+                backoff = self.retry.delay(attempt, exc, self._rng)
                 attempt += 1
                 continue
             finally:
@@ -185,7 +191,11 @@ class Model:
     async def _wait_for_budget(self, request: Request) -> int:
         delay = self.throttle.delay()
         if delay > 0:
-            await asyncio.sleep(delay)
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                self.throttle.give_back()  # or cancelled requests would hold back the next runs
+                raise
         if self.rpm is not None:
             await self.rpm.acquire()
         tokens = 0
@@ -197,7 +207,10 @@ class Model:
     def _failed(self, exc: BackendError, tokens: int, t0: float) -> None:
         if isinstance(exc, RateLimitError):
             sent_at = time.monotonic() - (time.perf_counter() - t0)
-            self.throttle.rate_limited(exc.retry_after, sent_at)
+            retry_after = exc.retry_after
+            if retry_after is not None:  # a provider asking for hours must not stall every run for hours
+                retry_after = min(retry_after, self.retry.max_retry_after)
+            self.throttle.rate_limited(retry_after, sent_at)
             if self.tpm is not None:
                 self.tpm.adjust(-tokens)  # a refused request used none of the budget
 

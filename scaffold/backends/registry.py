@@ -99,12 +99,37 @@ def model_from_config(alias: str, entry: Mapping[str, Any]) -> Model:
         raise ModelAliasError(f"model alias {alias!r}: unknown setting(s) {', '.join(sorted(unknown))}; "
                               f"allowed for backend {kind!r}: {allowed}")
     model_settings = {key: entry.pop(key) for key in list(entry) if key in _MODEL_KEYS}
-    retry = model_settings.pop("retry", None)
-    if isinstance(retry, Mapping):
-        model_settings["retry"] = Retry(**retry)
-    elif isinstance(retry, int):
-        model_settings["retry"] = Retry(attempts=retry)
-    return Model(make_backend(kind, model, entry), **model_settings)
+    _check_types(alias, model_settings)
+    try:
+        retry = model_settings.pop("retry", None)
+        if isinstance(retry, Mapping):
+            model_settings["retry"] = Retry(**retry)
+        elif retry is not None:
+            model_settings["retry"] = Retry(attempts=retry)
+        return Model(make_backend(kind, model, entry), **model_settings)
+    except ModelAliasError:
+        raise
+    except (TypeError, ValueError) as exc:  # Retry(attemps=3), max_in_flight = 0...
+        raise ModelAliasError(f"model alias {alias!r}: {exc}") from None
+
+
+def _check_types(alias: str, settings: Mapping[str, Any]) -> None:
+    """Refuse settings of the wrong type (a quoted number, ``retry = true``): they would fail late or silently."""
+    for key, value in settings.items():
+        if key == "retry" and isinstance(value, Mapping):
+            continue  # checked by Retry itself
+        if key in ("max_in_flight", "retry"):
+            ok, wanted = isinstance(value, int) and not isinstance(value, bool), "a whole number"
+        elif key in ("requests_per_minute", "tokens_per_minute", "timeout"):
+            ok, wanted = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+        elif key == "params":
+            ok, wanted = isinstance(value, Mapping), "a table"
+        elif key == "name":
+            ok, wanted = isinstance(value, str), "a string"
+        else:
+            continue
+        if not ok:
+            raise ModelAliasError(f"model alias {alias!r}: `{key}` must be {wanted}, got {value!r}")
 
 
 def load_models(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Model]:
