@@ -165,7 +165,7 @@ class Throttle:
 
     No provider publishes its live limit, so the pace is learned (additive-increase,
     multiplicative-decrease on the request rate): the first 429 holds every request back
-    for the provider's ``Retry-After`` and sets the pace to it (without one, to the spacing
+    for the provider's ``Retry-After`` and sets the pace to it, at most one second (without one, to the spacing
     of the recent successes); each further 429 slows the pace by 5%; each success after
     a quiet spell (no 429 for twenty paces, at least one second) speeds it up by 1%, and
     once the pace is negligible the throttle is off. Providers' limits are steady, so the
@@ -233,7 +233,7 @@ class Throttle:
             return
         recent = [t for t in self._successes if t >= now - self.window]
         if wait is not None:
-            self.interval = min(wait, 60.0)
+            self.interval = min(wait, 1.0)  # a long Retry-After is a pause, not a pace
         elif len(recent) >= 3 and recent[-1] > recent[0]:
             self.interval = (recent[-1] - recent[0]) / (len(recent) - 1)
         else:
