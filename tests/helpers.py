@@ -18,6 +18,15 @@ def rsa(problem, *, n: int = 16, k: int = 4, steps: int = 10):
     return sf.vote(pop)
 
 
+@sf.graph
+def chain(problem, *, steps: int = 6):
+    """A sequential chain: one answer, then ``steps - 1`` calls each improving the last."""
+    out = sf.generate("Solve {problem}", model="m")
+    for _ in range(steps - 1):
+        out = sf.aggregate(out, model="m", prompt="Improve: {candidates}")
+    return out
+
+
 def prompt_of(request: Request) -> str:
     """The last user message of a request."""
     return request.last_content

@@ -16,7 +16,7 @@ import time
 import traceback
 
 import pytest
-from helpers import boxed
+from helpers import boxed, chain
 
 import scaffold as sf
 import scaffold.testing.server as server_module
@@ -34,14 +34,6 @@ REQUEST = Request(messages=(("user", "2+2?"),))
 @sf.graph
 def one_call(problem):
     return sf.generate("Solve {problem}", model="m")
-
-
-@sf.graph
-def chain(problem, *, steps: int = 6):
-    out = sf.generate("Solve {problem}", model="m")
-    for _ in range(steps - 1):
-        out = sf.aggregate(out, model="m", prompt="Improve: {candidates}")
-    return out
 
 
 def failing_first(times: int, error_factory, *, answer: object = 1):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import boxed
+from helpers import boxed, chain
 
 import scaffold as sf
 from scaffold.testing import ScriptedBackend
@@ -14,14 +14,6 @@ def priced(cost: float | None, tokens: int = 50):
     """A script answering with ``tokens`` completion tokens at ``cost`` dollars per choice."""
     return lambda request: Completion(text=boxed(1), usage=Usage(prompt_tokens=0, completion_tokens=tokens),
                                       cost=cost)
-
-
-@sf.graph
-def chain(problem, *, steps: int = 6):
-    out = sf.generate("Solve {problem}", model="m")
-    for _ in range(steps - 1):
-        out = sf.aggregate(out, model="m", prompt="Improve: {candidates}")
-    return out
 
 
 def test_token_budget_refuses_the_call_that_could_pass_it_before_sending():
