@@ -463,3 +463,24 @@ def test_a_providers_own_key_variable_is_redacted_from_errors(monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", "AIzaSyExample0123456789")
     backend = LiteLLMBackend("gemini/gemini-2.0-flash")
     assert "AIza" not in backend._redact("400 bad key=AIzaSyExample0123456789 in url ?key=AIzaSyExample0123456789")
+
+
+def test_secret_headers_in_params_reach_the_server_but_not_the_records():
+    """An Authorization header given in a Model's params is sent, yet absent from params, requests and traces."""
+    from scaffold.backends.litellm import LiteLLMBackend, MaskedKey
+    from scaffold.testing import OpenAIServer
+
+    with OpenAIServer(policy="\\boxed{1}", api_key="sk-header-secret-123") as server:
+        backend = LiteLLMBackend("openai/test-model", api_base=server.base_url, api_key="unused-placeholder")
+        model = sf.Model(backend, params={"extra_headers": {"Authorization": "Bearer sk-header-secret-123"}},
+                         retry=sf.Retry(attempts=1))
+        assert "extra_headers" not in model.params
+
+        @sf.graph
+        def g(problem):
+            return sf.generate("Solve {problem}", model="m")
+
+        result = g.run_sync({"problem": "p"}, models={"m": model})
+        assert result.answer == "1"
+        assert "sk-header-secret-123" not in repr(result.traces) + repr(model)
+    assert repr(MaskedKey("sk-abc")) == "'***'" and f"Bearer {MaskedKey('sk-abc')}" == "Bearer sk-abc"

@@ -59,6 +59,15 @@ _SECRET_PATTERNS = (
 )
 
 
+class MaskedKey(str):
+    """An API key that shows as ``'***'`` in ``repr``, so tracebacks that print local variables hide it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
 def import_litellm() -> Any:
     """Import litellm quietly, with its bundled price map (no network at import)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -142,14 +151,19 @@ class LiteLLMBackend:
         base = f", api_base={self.api_base!r}" if self.api_base else ""
         return f"LiteLLMBackend({self.model_name!r}{base})"
 
-    def with_secrets(self, api_key: str | None = None, **others: str) -> LiteLLMBackend:
-        """A copy that sends ``api_key`` (how :class:`~scaffold.backends.Model` hands over credentials)."""
+    def with_secrets(
+        self, api_key: str | None = None, extra_headers: Mapping[str, str] | None = None, **others: Any
+    ) -> LiteLLMBackend:
+        """A copy that sends ``api_key`` and secret ``extra_headers`` (how :class:`~scaffold.backends.Model`
+        hands over credentials found in recorded parameters)."""
         if others:
             raise BadRequestError(f"unknown credential parameter(s): {', '.join(sorted(others))}")
         copy = object.__new__(LiteLLMBackend)
         copy.__dict__.update(self.__dict__)
-        copy._api_key = api_key
+        copy._api_key = api_key if api_key is not None else self._api_key
         copy._text_clients = weakref.WeakKeyDictionary()
+        if extra_headers:
+            copy.extra = {**self.extra, "extra_headers": {**self.extra.get("extra_headers", {}), **extra_headers}}
         return copy
 
     async def release_loop(self) -> None:
@@ -236,7 +250,7 @@ class LiteLLMBackend:
             kwargs["api_base"] = self.api_base
         key = self._api_key_value()
         if key is not None:
-            kwargs["api_key"] = key
+            kwargs["api_key"] = MaskedKey(key)
         if request.n > 1:
             kwargs["n"] = request.n
         if request.seed is not None and "seed" not in kwargs and "seed" in self.supported_params:

@@ -23,6 +23,9 @@ from scaffold.types import Completion, Request
 SECRET_PARAMS = frozenset({"api_key", "api-key", "key", "token", "access_token", "authorization", "secret"})
 """Parameter names that are credentials: taken out of ``params`` so they are never recorded."""
 
+SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "proxy-authorization", "x-goog-api-key"})
+"""Header names whose values are credentials: ``extra_headers`` carrying one are handled like ``api_key``."""
+
 DEFAULT_MAX_TOKENS = 512
 """Completion tokens assumed per choice for the tokens-per-minute budget when a request sets no ``max_tokens``."""
 
@@ -107,6 +110,9 @@ class Model:
             raise ValueError(f"a timeout must be positive, got {timeout}")
         params = dict(params or {})
         secrets = {key: params.pop(key) for key in list(params) if key.lower() in SECRET_PARAMS}
+        headers = params.get("extra_headers")
+        if isinstance(headers, Mapping) and any(name.lower() in SECRET_HEADERS for name in headers):
+            secrets["extra_headers"] = params.pop("extra_headers")
         if isinstance(backend, str):
             from scaffold.backends.registry import backend_from_spec
 
