@@ -52,3 +52,13 @@ def max_in_window(times: list[float], window: float) -> int:
             start += 1
         best = max(best, end - start + 1)
     return best
+
+
+def peak_in_flight(served) -> int:
+    """Most requests the server was handling at once, from its own arrival and finish times."""
+    events = sorted([(r.arrived_at, 1) for r in served] + [(r.finished_at, -1) for r in served])
+    level = peak = 0
+    for _, delta in events:
+        level += delta
+        peak = max(peak, level)
+    return peak

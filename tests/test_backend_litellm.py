@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from helpers import max_in_window
+from helpers import max_in_window, peak_in_flight
 
 import scaffold as sf
 from scaffold.backends import Retry
@@ -223,12 +223,7 @@ def test_in_flight_and_request_rate_limits_hold_over_http():
         assert all(r.status == "ok" for r in results)
         served = [r for r in server.requests if r.status == 200]
         assert len(served) == 30
-        events = sorted([(r.arrived_at, 1) for r in served] + [(r.finished_at, -1) for r in served])
-        level = peak = 0
-        for _, delta in events:
-            level += delta
-            peak = max(peak, level)
-        assert peak <= 3
+        assert peak_in_flight(served) <= 3
         assert max_in_window([r.arrived_at for r in served], 0.5) <= 30 + 15 + 1
 
 

@@ -16,7 +16,7 @@ import time
 import traceback
 
 import pytest
-from helpers import boxed, chain
+from helpers import boxed, chain, peak_in_flight
 
 import scaffold as sf
 import scaffold.testing.server as server_module
@@ -447,12 +447,7 @@ def test_one_litellm_model_shared_by_threads_over_http():
         assert run_in_threads(work, threads=2, timeout=15.0) == []
         served = [r for r in server.requests if r.status == 200]
     assert len(served) == 12
-    events = sorted([(r.arrived_at, 1) for r in served] + [(r.finished_at, -1) for r in served])
-    level = peak = 0
-    for _, delta in events:
-        level += delta
-        peak = max(peak, level)
-    assert peak <= 2
+    assert peak_in_flight(served) <= 2
     assert model.limit.in_flight == 0
 
 
