@@ -126,7 +126,7 @@ def measure_goodput(problems: int, samples: int, burst: int) -> dict[str, float 
         async def main() -> list[sf.RunResult]:
             try:
                 rows = [{"problem": f"problem {i}"} for i in range(problems)]
-                return [r async for r in graph.map(rows, models={"m": model}, concurrency=problems)]
+                return [r async for r in graph.map(rows, models={"m": model}, concurrency=problems, store=None)]
             finally:
                 await backend.release_loop()
 

@@ -64,7 +64,7 @@ async def run_batch(problems: int, backend: SimulatedBackend, seed0: int) -> tup
     models = {"solver": backend}
     t0 = time.perf_counter()
     results = await asyncio.gather(
-        *[GRAPH.run({"problem": f"problem {i}"}, models=models, seed=seed0 + i) for i in range(problems)]
+        *[GRAPH.run({"problem": f"problem {i}"}, models=models, seed=seed0 + i, store=None) for i in range(problems)]
     )
     return time.perf_counter() - t0, list(results)
 
@@ -151,7 +151,7 @@ def map_child(rows: int) -> None:
         backend = SimulatedBackend(median=0.0)
         dataset = ({"problem": f"problem {i}"} for i in range(rows))
         correct = 0
-        async for result in GRAPH.map(dataset, models={"solver": backend}, concurrency=64, seed=0):
+        async for result in GRAPH.map(dataset, models={"solver": backend}, concurrency=64, seed=0, store=None):
             correct += result.answer == "42"
         return correct
 

@@ -14,6 +14,8 @@ Example:
     '7'
 """
 
+from typing import TYPE_CHECKING, Any
+
 from scaffold.answers import equivalent, extract_boxed, extract_last_number
 from scaffold.backends import (
     Backend,
@@ -47,10 +49,13 @@ from scaffold.errors import (
     QuorumError,
     RateLimitError,
     RequestTimeout,
+    ResumeError,
     RunError,
     RunTimeout,
     ScaffoldError,
+    SchemaVersionError,
     ServerError,
+    StoreError,
     SubsetSizeError,
     TemplateError,
 )
@@ -63,10 +68,24 @@ from scaffold.primitives import AGGREGATE_PROMPT, aggregate, candidates, generat
 from scaffold.result import RunResult
 from scaffold.rules import agreement, best_of, cluster_answers, concat, map_traces, top_k, vote, weighted_vote
 from scaffold.selectors import AllMembers, CustomSelector, Each, Partition, RandomSubsets, Selector
+from scaffold.store import close_stores
 from scaffold.template import Template
 from scaffold.types import Completion, Message, Request, Status, Trace, TraceKind, Usage
 
+if TYPE_CHECKING:
+    from scaffold.store import RunInfo, Store, Totals
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # the store's classes import SQLAlchemy (~0.4 s); load them on first use, not with `import scaffold`
+    if name in ("Store", "RunInfo", "Totals"):
+        from scaffold import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'scaffold' has no attribute {name!r}")
+
 
 __all__ = [
     # building graphs
@@ -120,6 +139,11 @@ __all__ = [
     "load_models",
     "InFlightLimit",
     "RateLimit",
+    # the trajectory store
+    "Store",
+    "RunInfo",
+    "Totals",
+    "close_stores",
     # records
     "Trace",
     "TraceKind",
@@ -160,4 +184,7 @@ __all__ = [
     "ContextLengthError",
     "CallTimeout",
     "RunTimeout",
+    "StoreError",
+    "SchemaVersionError",
+    "ResumeError",
 ]

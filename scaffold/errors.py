@@ -10,21 +10,24 @@
     │   ├── ModelAliasError              a graph uses an alias the run does not bind (lists the known ones)
     │   └── GraphDefinitionError         anything else malformed (wrong argument types, bad selector...)
     ├── InputError (ValueError)          a run's inputs do not fit the graph (missing variable, bad candidate row)
-    └── RunError (RuntimeError)          failures while a run executes
-        ├── CallError                    a model call failed under the fail-fast policy (``.trace`` has the record)
-        ├── QuorumError                  fewer successes than a node's quorum
-        ├── EmptyInputError              every member of a set failed or was dropped
-        ├── BackendError                 raised by backends; ``retryable`` says whether a retry may help
-        │   ├── RateLimitError           429; retried after ``retry_after`` seconds
-        │   ├── ServerError              5xx or a malformed response; retried
-        │   ├── ConnectionFailed         the connection was refused or dropped; retried
-        │   ├── RequestTimeout (TimeoutError)  one attempt ran past the model's ``timeout``; retried
-        │   ├── AuthenticationError      401/403 or a missing key; never retried
-        │   └── BadRequestError          400/404/422; never retried
-        │       └── ContextLengthError   the prompt does not fit the model's context
-        ├── BudgetExceeded               a call was refused: it could pass the run's token or dollar budget
-        ├── CallTimeout (TimeoutError)   one call ran past its timeout
-        └── RunTimeout (TimeoutError)    the whole run ran past its timeout
+    ├── RunError (RuntimeError)          failures while a run executes
+    │   ├── CallError                    a model call failed under the fail-fast policy (``.trace`` has the record)
+    │   ├── QuorumError                  fewer successes than a node's quorum
+    │   ├── EmptyInputError              every member of a set failed or was dropped
+    │   ├── BackendError                 raised by backends; ``retryable`` says whether a retry may help
+    │   │   ├── RateLimitError           429; retried after ``retry_after`` seconds
+    │   │   ├── ServerError              5xx or a malformed response; retried
+    │   │   ├── ConnectionFailed         the connection was refused or dropped; retried
+    │   │   ├── RequestTimeout (TimeoutError)  one attempt ran past the model's ``timeout``; retried
+    │   │   ├── AuthenticationError      401/403 or a missing key; never retried
+    │   │   └── BadRequestError          400/404/422; never retried
+    │   │       └── ContextLengthError   the prompt does not fit the model's context
+    │   ├── BudgetExceeded               a call was refused: it could pass the run's token or dollar budget
+    │   ├── CallTimeout (TimeoutError)   one call ran past its timeout
+    │   └── RunTimeout (TimeoutError)    the whole run ran past its timeout
+    └── StoreError (RuntimeError)        the trajectory store could not be opened, read or written
+        ├── SchemaVersionError           the store's schema is newer than this code (or not scaffold's)
+        └── ResumeError                  a recorded run id was run again with another graph, inputs or seed
 """
 
 from __future__ import annotations
@@ -164,3 +167,15 @@ class CallTimeout(RunError, TimeoutError):
 
 class RunTimeout(RunError, TimeoutError):
     """A whole run ran past its timeout; in-flight calls were cancelled and recorded."""
+
+
+class StoreError(ScaffoldError, RuntimeError):
+    """The trajectory store could not be opened, read or written (the message says which and why)."""
+
+
+class SchemaVersionError(StoreError):
+    """The store's schema is newer than this code, or the database was not made by scaffold."""
+
+
+class ResumeError(StoreError):
+    """A run id already in the store was run again with a different graph, inputs or seed."""

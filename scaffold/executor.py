@@ -26,7 +26,7 @@ import inspect
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scaffold.answers import Extractor, extract_boxed
 from scaffold.backends.model import Model, Reply, resolve_model
@@ -94,6 +94,16 @@ class _Job:
         self.propagate = propagate
 
 
+class ReuseSource(Protocol):
+    """Something that may answer a call without sending it (see :mod:`scaffold.store.reuse`)."""
+
+    async def take(
+        self, run_id: str, node: str, index: int, request: Request, inputs: tuple[str, ...]
+    ) -> list[Trace] | None:
+        """The call's traces (ids ``{run_id}/{node}#{index + i}``), or ``None`` to send it."""
+        ...
+
+
 def wrap_error(exc: BaseException, what: str = "") -> RunError:
     """A :class:`RunError` whose message names the original error and whose cause is it."""
     error = RunError(f"{what + ': ' if what else ''}{type(exc).__name__}: {exc}")
@@ -130,8 +140,10 @@ class Run:
         call_timeout: float | None = None,
         extract: Extractor = extract_boxed,
         budget: Budget | None = None,
+        reuse: Sequence[ReuseSource] = (),
     ) -> None:
         self.graph = graph
+        self.reuse = tuple(reuse)
         self.budget = budget
         self.inputs = inputs
         self.models = models
@@ -319,6 +331,8 @@ class Run:
         started, t0 = time.time(), time.perf_counter()
         try:
             try:
+                if self.reuse and await self._reused(node, request, inputs, outs, index):
+                    return
                 if self.subscribers:
                     ids = tuple(f"{self.run_id}/{node.name}#{index + i}" for i in range(len(outs)))
                     self.emit(CallStarted(self.run_id, ids, node.alias or ""))
@@ -359,6 +373,18 @@ class Run:
                 self.finish(slot, trace)
         finally:  # cheaper than a done-callback, which costs one more loop turn per call
             self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+    async def _reused(
+        self, node: CallNode, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
+    ) -> bool:
+        """Answer the call from a reuse source (a resumed run's record, the response cache) if one has it."""
+        for source in self.reuse:
+            traces = await source.take(self.run_id, node.name, index, request, inputs)
+            if traces is not None and len(traces) == len(outs):
+                for slot, trace in zip(outs, traces):
+                    self.finish(slot, trace)
+                return True
+        return False
 
     async def _timed(self, node: CallNode, model: Model, request: Request) -> Reply:
         try:

@@ -22,11 +22,12 @@ from scaffold.backends.model import Model
 from scaffold.budget import Budget
 from scaffold.builder import Builder, Input, building, current_builder, in_build
 from scaffold.describe import check_run_sizes, count_calls, describe, mermaid, spec
-from scaffold.errors import GraphDefinitionError, GraphError, InputError, RunError
+from scaffold.errors import GraphDefinitionError, GraphError, InputError, RunError, StoreError
 from scaffold.events import Subscriber
-from scaffold.executor import Run, Slot, bind_models
+from scaffold.executor import ReuseSource, Run, Slot, bind_models
 from scaffold.nodes import InputNode, Node
 from scaffold.result import RunResult
+from scaffold.store.default import DEFAULT, resolve_store
 from scaffold.types import Status
 
 _END: Any = object()
@@ -159,8 +160,12 @@ class Graph:
         extract: Extractor = extract_boxed,
         raise_on_error: bool = True,
         budget: Budget | None = None,
+        store: Any = DEFAULT,
+        cache: bool = False,
+        dataset: str | None = None,
+        item: int | None = None,
     ) -> RunResult:
-        """Run the graph once on ``inputs``.
+        """Run the graph once on ``inputs``, recording every call in a store.
 
         ``models`` binds every alias to a backend or a :class:`~scaffold.Model` (share one
         ``Model`` between runs to share its in-flight limit). ``seed`` fixes every random
@@ -170,16 +175,40 @@ class Graph:
         before it is sent. Failures raise :class:`~scaffold.errors.RunError` subclasses after
         every in-flight call was cancelled and recorded, unless ``raise_on_error=False``, which
         returns the failed result instead.
+
+        ``store`` is a :class:`~scaffold.Store`, a URL or path, or ``None`` to record nothing; by
+        default ``$SCAFFOLD_STORE``, else ``./scaffold.db``. The run returns once it is written.
+        A ``run_id`` already in the store **resumes** that run: calls recorded as finished are
+        not sent again (same seed, same subsets, same result); the graph and inputs must be the
+        same. ``cache=True`` answers a request from any earlier run's identical request (same
+        model, prompt, parameters, node and sample index). ``dataset`` and ``item`` record the
+        run as row ``item`` of a named dataset (``map`` sets them).
         """
         self._check_inputs(inputs)
         bound = bind_models(self, models)
+        recorder, reuse = None, list[ReuseSource]()
+        target = resolve_store(store)
+        if target is not None:
+            if run_id is not None:
+                prior = await asyncio.to_thread(target.replay_for, run_id, self.name, self.spec(), inputs, seed)
+                if prior is not None:
+                    reuse.append(prior[0])
+                    seed = prior[1]
+            if cache:
+                reuse.append(target.cache())
+            recorder = target.recorder(bound, dataset=dataset, item=item)
+            subscribers = (*subscribers, recorder)
+        elif cache:
+            raise RunError("cache=True needs a store to look answers up in; store=None turns recording off")
         run = Run(
             self, inputs, bound,
             run_id=run_id or uuid.uuid4().hex[:16],
             seed=random.SystemRandom().randrange(2**31) if seed is None else int(seed),
-            subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget,
+            subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget, reuse=reuse,
         )
         result = await run.execute(timeout)
+        if recorder is not None:
+            await recorder.wait()
         if result.error is not None and raise_on_error:
             raise result.error
         return result
@@ -196,22 +225,30 @@ class Graph:
 
     async def map(
         self,
-        dataset: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
         *,
         models: Mapping[str, Any],
         concurrency: int = 16,
         seed: int | None = None,
         progress: bool = False,
+        run_id: str | None = None,
+        dataset: str | None = None,
+        store: Any = DEFAULT,
         **run_kwargs: Any,
     ) -> AsyncIterator[RunResult]:
-        """Run the graph on every row of ``dataset``, ``concurrency`` rows at a time.
+        """Run the graph on every row of ``rows``, ``concurrency`` rows at a time.
 
-        ``dataset`` may be any iterable or async iterable of input mappings; it is read lazily.
+        ``rows`` may be any iterable or async iterable of input mappings; it is read lazily.
         Results are yielded as they finish (``result.index`` is the row's position) and
         not kept, so memory does not grow with the dataset. A failed row yields a
         result with ``status != "ok"`` instead of stopping the batch. Every run shares
         the same ``Model`` objects, so per-alias limits hold across the whole batch, and
         the same ``budget=`` (a :class:`~scaffold.Budget`), so it caps the whole batch.
+
+        Every run is recorded in ``store`` (see :meth:`run`) as row ``i`` of ``dataset`` when a
+        name is given. With ``run_id``, row ``i`` runs as ``{run_id}-{i}``: calling ``map`` again
+        with the same ``run_id`` after a crash resumes every row, and rows that had finished
+        send nothing.
 
         Example:
             >>> import scaffold as sf
@@ -228,8 +265,9 @@ class Graph:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         bound = bind_models(self, models)
-        bar = _progress(progress, dataset)
-        next_row = _row_reader(dataset)
+        run_kwargs["store"] = await asyncio.to_thread(resolve_store, store)
+        bar = _progress(progress, rows)
+        next_row = _row_reader(rows)
         pending: set[asyncio.Task[RunResult]] = set()
         position = 0
         try:
@@ -239,7 +277,9 @@ class Graph:
                     if row is _END:
                         break
                     row_seed = None if seed is None else seed + position
-                    pending.add(asyncio.create_task(self._map_one(row, position, bound, row_seed, run_kwargs)))
+                    row_kwargs = {**run_kwargs, "dataset": dataset, "item": position if dataset else None,
+                                  "run_id": None if run_id is None else f"{run_id}-{position}"}
+                    pending.add(asyncio.create_task(self._map_one(row, position, bound, row_seed, row_kwargs)))
                     position += 1
                 if not pending:
                     break
@@ -261,20 +301,20 @@ class Graph:
     ) -> RunResult:
         try:
             result = await self.run(row, models=models, seed=seed, raise_on_error=False, **kwargs)
-        except (InputError, GraphError) as exc:  # a bad row must not stop the batch
+        except (InputError, GraphError, StoreError) as exc:  # a bad row must not stop the batch
             result = RunResult(run_id="", graph=self.name, inputs=row, seed=seed or 0, status="error",
                                output=None, error=exc)
         result.index = index
         return result
 
-    def map_sync(self, dataset: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
-        """:meth:`map` from synchronous code, collecting every result in dataset order."""
+    def map_sync(self, rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
+        """:meth:`map` from synchronous code, collecting every result in the rows' order."""
         _no_running_loop("map_sync", "async for result in graph.map(...)")
 
         kwargs["models"] = bound = bind_models(self, kwargs.get("models"))
 
         async def collect() -> list[RunResult]:
-            return sorted([r async for r in self.map(dataset, **kwargs)], key=lambda r: r.index or 0)
+            return sorted([r async for r in self.map(rows, **kwargs)], key=lambda r: r.index or 0)
 
         return asyncio.run(_then_release(collect(), bound))
 
@@ -323,10 +363,10 @@ class GraphFunction:
         return self.build().run_sync(inputs, **kwargs)
 
     def map(
-        self, dataset: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]], **kwargs: Any
+        self, rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]], **kwargs: Any
     ) -> AsyncIterator[RunResult]:
-        """Build with default parameters and map over ``dataset``; see :meth:`Graph.map`."""
-        return self.build().map(dataset, **kwargs)
+        """Build with default parameters and map over ``rows``; see :meth:`Graph.map`."""
+        return self.build().map(rows, **kwargs)
 
     def describe(self) -> str:
         return self.build().describe()

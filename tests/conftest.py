@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import os
+import tempfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from helpers import boxed, numbered_script
 
+from scaffold.store import close_stores
 from scaffold.testing import ScriptedBackend
+
+# Every run records into the default store unless told otherwise. Each test records into its own
+# throwaway SQLite file (never ./scaffold.db), so every test also exercises the recording path.
+os.environ["SCAFFOLD_STORE"] = os.path.join(tempfile.mkdtemp(prefix="scaffold-test-store-"), "runs.db")
+
+
+@pytest.fixture(autouse=True)
+def _own_default_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("SCAFFOLD_STORE", str(tmp_path_factory.mktemp("store") / "runs.db"))
+    yield
+    close_stores()
 
 
 @pytest.fixture
@@ -37,3 +52,49 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from scaffold.testing import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+# -- stores: every store test runs on SQLite and on a real PostgreSQL server -----------------------
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One throwaway PostgreSQL cluster for the session (``$SCAFFOLD_TEST_POSTGRES_URL`` uses an existing one)."""
+    from scaffold.testing import PostgresServer
+
+    if os.environ.get("SCAFFOLD_TEST_POSTGRES_URL"):
+        yield None
+        return
+    with PostgresServer() as server:
+        yield server
+
+
+_database_counter = itertools.count()
+
+
+def fresh_postgres_database(server: Any) -> str:
+    """A new empty database on the session's server; returns its SQLAlchemy URL."""
+    import psycopg
+
+    base = os.environ.get("SCAFFOLD_TEST_POSTGRES_URL") or server.url
+    admin = base.replace("postgresql+psycopg://", "postgresql://", 1)
+    name = f"t{os.getpid()}_{next(_database_counter)}"
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """The URL of an empty store: a SQLite file, then a fresh database on a real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'runs.db'}"
+    return fresh_postgres_database(request.getfixturevalue("postgres_server"))
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Any]:
+    """An open :class:`scaffold.Store` on ``store_url``, closed after the test."""
+    from scaffold.store import Store
+
+    opened = Store(store_url)
+    yield opened
+    opened.close()

@@ -172,7 +172,7 @@ def test_same_seed_gives_same_subsets_and_result():
 
     def run(seed):
         return graph.run_sync(
-            {"problem": "p"}, models={"solver": ScriptedBackend(numbered_script())}, seed=seed, run_id="r"
+            {"problem": "p"}, models={"solver": ScriptedBackend(numbered_script())}, seed=seed, run_id="r", store=None
         )
 
     first, second = run(123), run(123)
@@ -187,7 +187,9 @@ def test_different_seeds_give_different_subsets():
     """Two seeds draw different subsets from a population of 16."""
     graph = rsa.build(n=16, k=4, steps=2)
     results = [
-        graph.run_sync({"problem": "p"}, models={"solver": ScriptedBackend(numbered_script())}, seed=s, run_id="r")
+        graph.run_sync(
+            {"problem": "p"}, models={"solver": ScriptedBackend(numbered_script())}, seed=s, run_id="r", store=None
+        )
         for s in (1, 2)
     ]
     assert aggregation_inputs(results[0]) != aggregation_inputs(results[1])
@@ -200,7 +202,7 @@ def test_subsets_do_not_depend_on_finishing_order():
     def run(jitter_seed):
         jitter = random.Random(jitter_seed)
         backend = ScriptedBackend(numbered_script(), delay=lambda request: jitter.uniform(0, 0.02))
-        return graph.run_sync({"problem": "p"}, models={"solver": backend}, seed=9, run_id="r")
+        return graph.run_sync({"problem": "p"}, models={"solver": backend}, seed=9, run_id="r", store=None)
 
     first, second = run(0), run(1)
     assert [t.id for t in first.traces] != [t.id for t in second.traces]  # the finishing order really differs
@@ -210,10 +212,10 @@ def test_subsets_do_not_depend_on_finishing_order():
 def test_seed_is_recorded_and_replays_the_run():
     """Without a seed one is drawn and recorded in RunResult.seed; passing it back reproduces the subsets."""
     graph = rsa.build(n=8, k=3, steps=1)
-    first = graph.run_sync({"problem": "p"}, models={"solver": SimulatedBackend(median=0.001)}, run_id="r")
+    first = graph.run_sync({"problem": "p"}, models={"solver": SimulatedBackend(median=0.001)}, run_id="r", store=None)
     assert isinstance(first.seed, int)
     replay = graph.run_sync(
-        {"problem": "p"}, models={"solver": SimulatedBackend(median=0.001)}, run_id="r", seed=first.seed
+        {"problem": "p"}, models={"solver": SimulatedBackend(median=0.001)}, run_id="r", seed=first.seed, store=None
     )
     assert replay.seed == first.seed
     assert aggregation_inputs(replay) == aggregation_inputs(first)

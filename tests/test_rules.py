@@ -18,7 +18,7 @@ def run_rule(make, values):
     def g():
         return make(sf.candidates(values))
 
-    return g.run_sync({}, models={}, run_id="r").output
+    return g.run_sync({}, models={}, run_id="r", store=None).output
 
 
 def test_equivalent_answers_form_one_cluster():
