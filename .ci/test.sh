@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 BIN=.venv/bin
 "$BIN/ruff" check scaffold tests benchmarks examples || exit 1
 "$BIN/mypy" scaffold || exit 1
+bash .ci/postgres.sh || exit 1
 "$BIN/python" -m pytest "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

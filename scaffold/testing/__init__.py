@@ -6,9 +6,12 @@
 - :class:`OpenAIServer`: a real OpenAI-compatible HTTP server on 127.0.0.1 answering from a
   scripted policy, with fault injection (:class:`Fault`: 429 + Retry-After, 5xx, slow,
   malformed, dropped connections) and a log of every request.
+- :class:`PostgresServer`: a throwaway PostgreSQL cluster on 127.0.0.1 (local server binaries),
+  deleted when stopped.
 - :func:`build_tiny_model`: a tiny random Hugging Face chat model built locally (no download).
 """
 
+from scaffold.testing.postgres import PostgresServer
 from scaffold.testing.scripted import ScriptedBackend
 from scaffold.testing.server import Fault, OpenAIServer, ServedRequest, ServerRequest
 from scaffold.testing.simulated import SimulatedBackend
@@ -21,5 +24,6 @@ __all__ = [
     "Fault",
     "ServerRequest",
     "ServedRequest",
+    "PostgresServer",
     "build_tiny_model",
 ]
