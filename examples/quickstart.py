@@ -101,6 +101,9 @@ def main() -> None:
         accuracy, calls, wall = asyncio.run(evaluate(graph, rows, solver))
         print(f"{name:<24} {accuracy:>8.2f} {calls:>7} {wall:>7.2f}")
     print(f"\nmost requests in flight at once: {solver.limit.peak if solver.limit else 'unlimited'}")
+    where = sf.store.default_target()
+    if where is not None:
+        print(f"every call was recorded in {where}: browse it with `scaffold runs list` and `scaffold runs show RUN`")
 
 
 if __name__ == "__main__":

@@ -95,13 +95,15 @@ def request_values(request: Request) -> tuple[str, str | None, str, str | None, 
 
     The key hashes the same serialised text that is stored, so it costs one pass over the prompt.
     """
-    messages = json.dumps([list(m) for m in request.messages])
-    params = json.dumps(public_params(request.params), sort_keys=True, default=repr)
-    digest = hashlib.blake2b(digest_size=16)
-    for part in (request.model or "", messages, request.prompt or "", params, "1" if request.logprobs else "0"):
-        digest.update(part.encode())
-        digest.update(b"\x00")
-    return digest.hexdigest(), request.model, messages, request.prompt, params, request.logprobs
+    messages = _encode([list(m) for m in request.messages])
+    params = _encode_sorted(public_params(request.params)) if request.params else "{}"
+    body = "\x00".join((request.model or "", messages, request.prompt or "", params, "1" if request.logprobs else "0"))
+    return (hashlib.blake2b(body.encode(), digest_size=16).hexdigest(), request.model, messages, request.prompt,
+            params, request.logprobs)
+
+
+_encode = json.JSONEncoder().encode
+_encode_sorted = json.JSONEncoder(sort_keys=True, default=repr).encode
 
 
 REQUEST_COLUMNS = ("key", "model", "messages", "prompt", "params", "logprobs")
@@ -122,7 +124,7 @@ def call_values(trace: Trace, key: str | None, backend: str | None) -> tuple[Any
         if "finish_reason" in metadata:
             metadata = dict(metadata)
             finish_reason = metadata.pop("finish_reason")
-        meta_json = json.dumps(jsonable(metadata))
+        meta_json = _encode(jsonable(metadata))
     else:
         meta_json = "{}"
     usage = trace.usage

@@ -7,13 +7,13 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, make_url, select
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from scaffold.errors import ResumeError, StoreError
 from scaffold.store import codec, query
@@ -39,7 +39,11 @@ def normalise_url(target: str | os.PathLike[str]) -> URL:
         if text in ("", ":memory:"):
             raise StoreError("an in-memory store cannot be shared with the writer thread; give a file path")
         return URL.create("sqlite", database=str(Path(text).expanduser()))
-    url = make_url(text)
+    try:
+        url = make_url(text)
+    except (ValueError, ArgumentError):  # never echo the text: it may hold a password
+        raise StoreError("not a valid store path or database URL (e.g. runs.db, sqlite:///runs.db, "
+                         "postgresql://user@host/db)") from None
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
     if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
@@ -198,6 +202,15 @@ class Store:
                 raise ResumeError(f"run {run_id!r} was recorded with seed {info.seed}, not {seed}")
             traces = {t.id: t for t in query.load_traces(conn, [run_id], ok_only=True) if t.kind is TraceKind.MODEL}
         return Replay(traces), info.seed
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None, *,
+               run_ids: Sequence[str] | None = None, **filters: Any) -> int:
+        """Write the calls of the selected runs to ``.jsonl`` or ``.parquet``, one row per trace, with token ids,
+        logprobs, lineage and rewards; returns the rows written. Filters as :meth:`runs`; see
+        :func:`scaffold.store.export.export`."""
+        from scaffold.store.export import export
+
+        return export(self, path, format=format, run_ids=run_ids, **filters)
 
     def cache(self) -> ResponseCache:
         """A response cache over this store's finished calls (see :mod:`scaffold.store.reuse`)."""

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, update
+from sqlalchemy import JSON, Engine, Table, Text, bindparam, cast, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -60,14 +60,17 @@ class Writer:
             raise StoreError(f"the store supports SQLite and PostgreSQL, not {dialect!r}")
         self.engine = engine
         self._insert = insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-        calls = insert(CALLS)
-        edges = insert(EDGES)
-        self._requests = _Bulk(engine, insert(REQUESTS).on_conflict_do_nothing(), codec.REQUEST_COLUMNS)
-        self._calls = _Bulk(engine, calls.on_conflict_do_update(
-            index_elements=["id"], set_={c: calls.excluded[c] for c in codec.CALL_COLUMNS if c != "id"}),
-            codec.CALL_COLUMNS)
-        self._edges = _Bulk(engine, edges.on_conflict_do_update(
-            index_elements=["call_id", "position"], set_={"input_id": edges.excluded.input_id}), codec.EDGE_COLUMNS)
+        bulk = _Bulk if dialect == "sqlite" else _ColumnBulk
+        self._requests = bulk(engine, REQUESTS, codec.REQUEST_COLUMNS, keys=None)
+        self._calls = bulk(engine, CALLS, codec.CALL_COLUMNS, keys=("id",))
+        self._edges = bulk(engine, EDGES, codec.EDGE_COLUMNS, keys=("call_id", "position"))
+        runs = insert(RUNS)  # a run started again (resumed) keeps its row and counts the attempt
+        self._run_upsert = runs.on_conflict_do_update(
+            index_elements=["id"],
+            set_={"status": runs.excluded.status, "error": None, "finished_at": None, "attempts": RUNS.c.attempts + 1},
+        )
+        self._run_end = update(RUNS).where(RUNS.c.id == bindparam("b_id")).values(
+            {name: bindparam(f"b_{name}") for name in _END_COLUMNS})
         self.batch_size = batch_size
         self.linger = linger
         self.retries = retries
@@ -222,14 +225,8 @@ class Writer:
             conn.execute(insert(DATASETS).on_conflict_do_nothing(), list(batch.datasets.values()))
         if batch.items:
             conn.execute(insert(ITEMS).on_conflict_do_nothing(), list(batch.items.values()))
-        if batch.runs:  # a run started again (resumed) keeps its row and counts the attempt
-            stmt = insert(RUNS)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=["id"],
-                set_={"status": stmt.excluded.status, "error": None, "finished_at": None,
-                      "attempts": RUNS.c.attempts + 1},
-            )
-            conn.execute(stmt, list(batch.runs.values()))
+        if batch.runs:
+            conn.execute(self._run_upsert, list(batch.runs.values()))
         if batch.requests:
             self._requests.execute(conn, batch.requests.values())
         if batch.calls:
@@ -237,46 +234,64 @@ class Writer:
         if batch.edges:
             self._edges.execute(conn, batch.edges.values())
         if batch.ends:
-            runs = RUNS
-            conn.execute(
-                update(runs).where(runs.c.id == bindparam("b_id")).values(
-                    {name: bindparam(f"b_{name}") for name in _END_COLUMNS}),
-                [{f"b_{k}": v for k, v in end.items()} for end in batch.ends],
-            )
+            conn.execute(self._run_end, [{f"b_{k}": v for k, v in end.items()} for end in batch.ends])
         if batch.rewards:
             conn.execute(REWARDS.insert(), batch.rewards)
 
 
+def _upsert(insert: Any, table: Table, columns: tuple[str, ...], keys: tuple[str, ...] | None,
+            source: Any = None) -> Any:
+    """INSERT of ``columns`` (from ``source``, a SELECT, if given) that replaces the row with the same ``keys``
+    (``keys=None``: keeps the existing row)."""
+    stmt = insert(table) if source is None else insert(table).from_select(list(columns), source)
+    if keys is None:
+        return stmt.on_conflict_do_nothing()
+    return stmt.on_conflict_do_update(index_elements=list(keys),
+                                      set_={c: stmt.excluded[c] for c in columns if c not in keys})
+
+
 class _Bulk:
-    """An INSERT compiled once by SQLAlchemy (bound parameters), executed many rows at a time.
+    """SQLite: an upsert compiled once by SQLAlchemy (bound parameters), executed for many rows at once.
 
     The hot tables skip SQLAlchemy's per-row parameter processing, which cost more than
     SQLite itself: rows arrive as tuples in ``columns`` order with JSON already serialised
     (the columns' JSON type reads them back as usual).
     """
 
-    def __init__(self, engine: Engine, statement: Any, columns: tuple[str, ...]) -> None:
-        compiled = statement.compile(dialect=engine.dialect)
+    def __init__(self, engine: Engine, table: Table, columns: tuple[str, ...], *, keys: tuple[str, ...] | None) -> None:
+        compiled = _upsert(sqlite.insert, table, columns, keys).compile(dialect=engine.dialect)
         self.sql = str(compiled)
-        self.columns = columns
-        self.order: list[int] | None = None
-        if compiled.positional:
-            names = list(compiled.positiontup or ())
-            if names != list(columns):
-                self.order = [columns.index(name) for name in names]
-            self.named = False
-        else:
-            self.named = True
+        names = list(compiled.positiontup or columns)
+        self.order = None if names == list(columns) else [columns.index(name) for name in names]
 
     def execute(self, conn: Any, rows: Iterable[tuple[Any, ...]]) -> None:
-        if self.named:
-            params: list[Any] = [dict(zip(self.columns, row)) for row in rows]
-        elif self.order is not None:
-            order = self.order
-            params = [tuple(row[i] for i in order) for row in rows]
-        else:
-            params = list(rows)
+        order = self.order
+        params = list(rows) if order is None else [tuple(row[i] for i in order) for row in rows]
         conn.exec_driver_sql(self.sql, params)
+
+
+class _ColumnBulk:
+    """PostgreSQL: the same upsert as one statement per batch, each column sent as one array parameter
+    (``INSERT ... SELECT * FROM unnest(...)``), instead of one round of parameter adaptation per row."""
+
+    def __init__(self, engine: Engine, table: Table, columns: tuple[str, ...], *, keys: tuple[str, ...] | None) -> None:
+        arrays = [cast(bindparam(f"c{i}"), postgresql.ARRAY(_array_type(table.c[name].type)))
+                  for i, name in enumerate(columns)]
+        rows = func.unnest(*arrays).table_valued(*columns).render_derived()
+        source = select(*[_from_array(rows.c[name], table.c[name].type) for name in columns])
+        self.sql = str(_upsert(postgresql.insert, table, columns, keys, source).compile(dialect=engine.dialect))
+        self.names = [f"c{i}" for i in range(len(columns))]
+
+    def execute(self, conn: Any, rows: Iterable[tuple[Any, ...]]) -> None:
+        conn.exec_driver_sql(self.sql, dict(zip(self.names, map(list, zip(*rows)))))
+
+
+def _array_type(kind: Any) -> Any:
+    return Text() if isinstance(kind, JSON) else kind  # JSON travels as text (already serialised), cast back below
+
+
+def _from_array(column: Any, kind: Any) -> Any:
+    return cast(column, JSON) if isinstance(kind, JSON) else column
 
 
 _END_COLUMNS = ("status", "error", "finished_at", "output", "answer", "calls", "prompt_tokens",

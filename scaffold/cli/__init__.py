@@ -1,0 +1,69 @@
+"""The ``scaffold`` command line: browse and export the runs recorded in a trajectory store.
+
+::
+
+    scaffold [--store PATH_OR_URL] runs list   [filters] [--limit N] [--json]
+    scaffold [--store PATH_OR_URL] runs show   RUN [--json] [--full]
+    scaffold [--store PATH_OR_URL] runs export --out PATH [--format jsonl|parquet] [filters] [--run RUN ...]
+
+Also ``python -m scaffold``. Errors (an unknown run, a store that cannot be opened, a bad
+time) print one line and exit with a non-zero status; a store URL's password is never shown.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from scaffold.cli.common import StoreHandle
+from scaffold.cli.runs import runs
+
+
+class _Group(click.Group):
+    """The root group: store and database errors become one-line messages, never tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from scaffold.errors import ScaffoldError
+
+        try:
+            return super().invoke(ctx)
+        except (ScaffoldError, SQLAlchemyError) as exc:
+            handle = ctx.find_object(StoreHandle)
+            message = f"{exc}" if isinstance(exc, ScaffoldError) else f"{type(exc).__name__}: {exc}"
+            message = message.splitlines()[0] if message else type(exc).__name__
+            raise click.ClickException(handle.redact(message) if handle is not None else message) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--store", "target", metavar="PATH_OR_URL",
+              help="The store to read: a SQLite file or a database URL (sqlite:///runs.db, "
+                   "postgresql://user@host/db). Default: $SCAFFOLD_STORE, else ./scaffold.db.")
+@click.pass_context
+def main(ctx: click.Context, target: str | None) -> None:
+    """Scaffold: browse and export the runs recorded in a trajectory store.
+
+    \b
+    Examples:
+      scaffold runs list --since 2h
+      scaffold runs show 3f2a9c
+      scaffold --store postgresql://me@db/scaffold runs export --out calls.parquet --graph rsa
+      python -m scaffold runs list --json
+    """
+    from scaffold.store.default import ENV_VAR, default_target
+
+    if target is not None:
+        handle = StoreHandle(target, "--store")
+    else:
+        origin = f"${ENV_VAR}" if os.environ.get(ENV_VAR) is not None else "the default ./scaffold.db"
+        handle = StoreHandle(default_target(), origin)
+    ctx.obj = handle
+    ctx.call_on_close(handle.close)
+
+
+main.add_command(runs)
+
+__all__ = ["main"]
