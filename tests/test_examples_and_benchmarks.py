@@ -1,4 +1,4 @@
-"""Examples run as documented, and the executor benchmark keeps its JSON keys."""
+"""Examples run as documented, and the benchmarks keep their JSON keys."""
 
 from __future__ import annotations
 
@@ -73,3 +73,19 @@ def test_mixed_backends_example_runs_an_http_proposer_and_a_local_aggregator() -
     aggregation = next(line for line in lines if " aggregator " in line)
     assert "unknown" in aggregation and "token ids" in aggregation and "no token ids" not in aggregation
     assert "answer from the proposals: 42" in out
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_store_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/store.py --quick (SQLite and its own PostgreSQL server) prints one JSON line of numbers."""
+    out = run("benchmarks/store.py", "--quick")
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["bench"] == "store"
+    assert figures["calls_per_run"] == 176
+    for key in ("sqlite_us_per_call", "postgres_us_per_call", "baseline_us_per_call", "sqlite_ratio",
+                "rss_growth_mb_100k", "rss_peak_mb", "calls_recorded", "target_us_per_call"):
+        assert isinstance(figures[key], (int, float)) and not isinstance(figures[key], bool), (key, figures)
+    assert isinstance(figures["meets_target"], bool)
+    assert figures["postgres_error"] is None
+    assert figures["rows_written"] >= figures["calls_recorded"] > 0
