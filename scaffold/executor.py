@@ -415,12 +415,15 @@ class Run:
                 status=status, error=error,
             )
         text = completion.text
+        metadata = completion.metadata
+        if completion.finish_reason is not None:
+            metadata = {**metadata, "finish_reason": completion.finish_reason}
         return _new_trace(
             id=f"{self.run_id}/{node.name}#{index}", run_id=self.run_id, node=node.name, index=index,
             model=node.alias, request=request, text=text, answer=(node.extract or self.extract)(text),
             token_ids=completion.token_ids, logprobs=completion.logprobs, usage=completion.usage,
             cost=completion.cost, latency=latency, started_at=started, inputs=inputs, attempt=attempt,
-            metadata=completion.metadata,
+            metadata=metadata,
         )
 
     def node_failed(

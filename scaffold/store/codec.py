@@ -120,13 +120,10 @@ def call_values(trace: Trace, key: str | None, backend: str | None) -> tuple[Any
     request = trace.request
     metadata = trace.metadata
     finish_reason = None
-    if metadata:
-        if "finish_reason" in metadata:
-            metadata = dict(metadata)
-            finish_reason = metadata.pop("finish_reason")
-        meta_json = _encode(jsonable(metadata))
-    else:
-        meta_json = "{}"
+    if metadata and "finish_reason" in metadata:
+        metadata = dict(metadata)
+        finish_reason = metadata.pop("finish_reason")
+    meta_json = _encode(jsonable(metadata)) if metadata else "{}"
     usage = trace.usage
     return (
         trace.id, trace.run_id, trace.node, trace.index, trace.kind.value, trace.model,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Table, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Table, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 SCHEMA_VERSION = 1
@@ -45,7 +45,7 @@ class Dataset(Base):
 
     __tablename__ = "datasets"
 
-    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
     source: Mapped[str | None] = mapped_column(Text)
     """Where the rows came from (a path or a hub name), when known."""
     created_at: Mapped[float] = mapped_column(Float)
@@ -66,8 +66,8 @@ class RunRow(Base):
 
     __tablename__ = "runs"
 
-    id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    graph: Mapped[str] = mapped_column(String(200), index=True)
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    graph: Mapped[str] = mapped_column(String, index=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     """The graph's structure (``Graph.spec()``)."""
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -75,7 +75,7 @@ class RunRow(Base):
     inputs: Mapped[dict[str, Any]] = mapped_column(JSON)
     models: Mapped[dict[str, Any]] = mapped_column(JSON)
     """Alias -> ``{"model": concrete name, "backend": backend class}``."""
-    seed: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(BigInteger)
     status: Mapped[str] = mapped_column(String(20), index=True)
     """``running``, ``ok``, ``error``, ``timeout`` or ``cancelled``."""
     error: Mapped[str | None] = mapped_column(Text)
@@ -103,7 +103,7 @@ class RequestRow(Base):
 
     key: Mapped[str] = mapped_column(String(32), primary_key=True)
     """Hash of model, messages, prompt, parameters and the logprobs flag (not the seed)."""
-    model: Mapped[str | None] = mapped_column(String(300))
+    model: Mapped[str | None] = mapped_column(String)
     messages: Mapped[list[Any]] = mapped_column(JSON)
     prompt: Mapped[str | None] = mapped_column(Text)
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -115,20 +115,20 @@ class CallRow(Base):
 
     __tablename__ = "calls"
 
-    id: Mapped[str] = mapped_column(String(400), primary_key=True)
+    id: Mapped[str] = mapped_column(String, primary_key=True)
     """The trace id, ``{run_id}/{node}#{index}``."""
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    node: Mapped[str] = mapped_column(String(200))
+    node: Mapped[str] = mapped_column(String)
     index: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(10))
-    alias: Mapped[str | None] = mapped_column(String(200))
-    model: Mapped[str | None] = mapped_column(String(300))
+    alias: Mapped[str | None] = mapped_column(String)
+    model: Mapped[str | None] = mapped_column(String)
     """The concrete model the alias was bound to."""
     backend: Mapped[str | None] = mapped_column(String(100))
     request_key: Mapped[str | None] = mapped_column(ForeignKey("requests.key"))
     n: Mapped[int] = mapped_column(Integer, default=1)
     """Choices the request asked for (its traces share the request and its seed)."""
-    seed: Mapped[int | None] = mapped_column(Integer)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
     text: Mapped[str] = mapped_column(Text)
     answer: Mapped[str | None] = mapped_column(Text)
     token_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
@@ -154,7 +154,7 @@ class Edge(Base):
 
     call_id: Mapped[str] = mapped_column(ForeignKey("calls.id"), primary_key=True)
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
-    input_id: Mapped[str] = mapped_column(String(400))
+    input_id: Mapped[str] = mapped_column(String)
 
     # small rows looked up by their key: no separate rowid tree on SQLite (a third of the cost of a write)
     __table_args__ = {"sqlite_with_rowid": False}

@@ -80,7 +80,11 @@ class Store:
         self.url = normalise_url(target)
         try:
             self.engine = self._engine(pool_size)
-            upgrade(self.engine)
+            try:
+                upgrade(self.engine)
+            except BaseException:
+                self.engine.dispose()  # a refused store (newer schema, foreign database) keeps no connection
+                raise
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open the store {self}: {type(exc).__name__}: "
                              f"{str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None

@@ -14,6 +14,7 @@ that cannot record must not let runs go on as if it had.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -23,12 +24,13 @@ from typing import Any
 
 from sqlalchemy import JSON, Engine, Table, Text, bindparam, cast, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from scaffold.errors import StoreError
 from scaffold.store import codec
 from scaffold.store.schema import CALLS, DATASETS, EDGES, ITEMS, REQUESTS, REWARDS, RUNS
 from scaffold.types import Trace, TraceKind
+
+_log = logging.getLogger("scaffold.store")
 
 Done = Callable[[BaseException | None], None]
 """Called on the writer thread once a record is durable (``None``) or could not be written."""
@@ -59,6 +61,7 @@ class Writer:
         if dialect not in ("sqlite", "postgresql"):
             raise StoreError(f"the store supports SQLite and PostgreSQL, not {dialect!r}")
         self.engine = engine
+        self._no_nul = dialect == "postgresql"  # PostgreSQL text cannot hold a NUL character
         self._insert = insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         bulk = _Bulk if dialect == "sqlite" else _ColumnBulk
         self._requests = bulk(engine, REQUESTS, codec.REQUEST_COLUMNS, keys=None)
@@ -158,9 +161,20 @@ class Writer:
             while items and not stop:
                 batch = _Batch()
                 while items and batch.size < self.batch_size and not stop:
-                    stop = self._add(batch, items.popleft())
+                    stop = self._add_safely(batch, items.popleft())
                 self._write(batch)
                 self._room.set()
+
+    def _add_safely(self, batch: _Batch, record: tuple[Any, ...]) -> bool:
+        """:meth:`_add`; a record that cannot be converted fails the store instead of killing this thread
+        (a dead writer would leave every run waiting for its ending forever)."""
+        try:
+            return self._add(batch, record)
+        except Exception as exc:
+            if self.error is None:
+                self.error = StoreError(f"the store could not encode a {record[0]!r} record: "
+                                        f"{type(exc).__name__}: {exc}")
+            return False
 
     def _add(self, batch: _Batch, record: tuple[Any, ...]) -> bool:
         kind = record[0]
@@ -174,8 +188,9 @@ class Writer:
                 if key is None:
                     values = codec.request_values(request)
                     key = batch.request_keys[id(request)] = values[0]
-                    batch.requests.setdefault(key, values)
-            batch.calls[trace.id] = codec.call_values(trace, key, record[2])
+                    batch.requests.setdefault(key, _without_nul(values) if self._no_nul else values)
+            values = codec.call_values(trace, key, record[2])
+            batch.calls[trace.id] = _without_nul(values) if self._no_nul else values
             if trace.inputs:
                 for edge in codec.edge_values(trace):
                     batch.edges[edge[:2]] = edge
@@ -183,7 +198,7 @@ class Writer:
             row = record[1]
             batch.runs[row["id"]] = row
         elif kind == "end":
-            batch.ends.append(record[1])
+            batch.ends.append({k: _without_nul(v) for k, v in record[1].items()} if self._no_nul else record[1])
             if record[2] is not None:
                 batch.done.append(record[2])
         elif kind == "dataset":
@@ -207,7 +222,7 @@ class Writer:
                         self._statements(conn, batch)
                     self.written += len(batch.calls)
                     break
-                except (DBAPIError, SQLAlchemyError) as exc:
+                except Exception as exc:  # not only DBAPIError: an OverflowError must reach the waiters too
                     if attempt == self.retries or not _transient(exc):
                         self.error = StoreError(f"the store could not write a batch of {len(batch.calls)} "
                                                 f"calls: {type(exc).__name__}: {_short(exc)}")
@@ -236,7 +251,9 @@ class Writer:
         if batch.ends:
             conn.execute(self._run_end, [{f"b_{k}": v for k, v in end.items()} for end in batch.ends])
         if batch.rewards:
-            conn.execute(REWARDS.insert(), batch.rewards)
+            rewards = _known_targets(conn, batch.rewards)
+            if rewards:
+                conn.execute(REWARDS.insert(), rewards)
 
 
 def _upsert(insert: Any, table: Table, columns: tuple[str, ...], keys: tuple[str, ...] | None,
@@ -296,6 +313,29 @@ def _from_array(column: Any, kind: Any) -> Any:
 
 _END_COLUMNS = ("status", "error", "finished_at", "output", "answer", "calls", "prompt_tokens",
                 "completion_tokens", "cost")
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` with each NUL character replaced by U+FFFD (a string, or the strings of a tuple)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, tuple):
+        return tuple(_without_nul(v) for v in value)
+    return value
+
+
+def _known_targets(conn: Any, rewards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rewards whose run (and call) exist; the others are logged and dropped, not the whole batch."""
+    runs = set(conn.execute(select(RUNS.c.id).where(RUNS.c.id.in_({r["run_id"] for r in rewards}))).scalars())
+    named = {r["call_id"] for r in rewards if r["call_id"] is not None}
+    calls = set(conn.execute(select(CALLS.c.id).where(CALLS.c.id.in_(named))).scalars()) if named else set()
+    known = []
+    for reward in rewards:
+        if reward["run_id"] in runs and (reward["call_id"] is None or reward["call_id"] in calls):
+            known.append(reward)
+        else:
+            _log.warning("reward dropped: the store has no run %r or no call %r", reward["run_id"], reward["call_id"])
+    return known
 
 
 def _transient(exc: BaseException) -> bool:
