@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -89,7 +88,6 @@ class Store:
             raise StoreError(f"cannot open the store {self}: {type(exc).__name__}: "
                              f"{str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
         self.writer = Writer(self.engine, max_queue=max_queue, batch_size=batch_size)
-        self._lock = threading.Lock()
         _OPEN.add(self)
 
     def _engine(self, pool_size: int) -> Engine:
