@@ -1,10 +1,12 @@
-"""The ``scaffold`` command line: browse and export the runs recorded in a trajectory store.
+"""The ``scaffold`` command line: browse and export recorded runs; build the pocket model.
 
 ::
 
     scaffold [--store PATH_OR_URL] runs list   [filters] [--limit N] [--json]
     scaffold [--store PATH_OR_URL] runs show   RUN [--json] [--full]
     scaffold [--store PATH_OR_URL] runs export --out PATH [--format jsonl|parquet] [filters] [--run RUN ...]
+    scaffold pocket build [--rebuild]
+    scaffold pocket problems --n 100 --split test --out FILE
 
 Also ``python -m scaffold``. Errors (an unknown run, a store that cannot be opened, a bad
 time) print one line and exit with a non-zero status; a store URL's password is never shown.
@@ -18,6 +20,7 @@ from typing import Any
 import click
 
 from scaffold.cli.common import StoreHandle
+from scaffold.cli.pocket import pocket
 from scaffold.cli.runs import runs
 
 
@@ -44,7 +47,7 @@ class _Group(click.Group):
                    "postgresql://user@host/db). Default: $SCAFFOLD_STORE, else ./scaffold.db.")
 @click.pass_context
 def main(ctx: click.Context, target: str | None) -> None:
-    """Scaffold: browse and export the runs recorded in a trajectory store.
+    """Scaffold: browse and export the runs recorded in a trajectory store; build the pocket model.
 
     \b
     Examples:
@@ -52,6 +55,7 @@ def main(ctx: click.Context, target: str | None) -> None:
       scaffold runs show 3f2a9c
       scaffold --store postgresql://me@db/scaffold runs export --out calls.parquet --graph rsa
       python -m scaffold runs list --json
+      scaffold pocket build
     """
     from scaffold.store.default import ENV_VAR, default_target
 
@@ -65,5 +69,6 @@ def main(ctx: click.Context, target: str | None) -> None:
 
 
 main.add_command(runs)
+main.add_command(pocket)
 
 __all__ = ["main"]
