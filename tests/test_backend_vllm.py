@@ -493,3 +493,34 @@ def test_server_flags_given_explicitly_win_over_fast_start(tmp_path: Path) -> No
     assert command[command.index("--max-model-len") + 1] == "2048"
     assert server.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert server.base_url == "http://127.0.0.1:8123/v1" and server.model_name == tmp_path.name
+
+
+@pytest.mark.slow
+def test_a_vllm_server_serves_the_pocket_model_directory(pocket_quick: tuple[Path, Any]) -> None:
+    """The directory the pocket build saved loads in a vLLM server; greedy answers over HTTP match transformers'."""
+    from scaffold.pocket import SOLVE_PROMPT, pocket_task
+
+    path, _ = pocket_quick
+
+    @sf.graph
+    def solve(problem):
+        return sf.generate(SOLVE_PROMPT, model="pocket", params={"temperature": 0, "max_tokens": 40})
+
+    rows = pocket_task(path).problems(16, seed=7, split="test")
+    inputs = [{"problem": row["problem"]} for row in rows]
+    local = sf.TransformersBackend(path)
+    try:
+        reference = solve.build().map_sync(inputs, models={"pocket": local}, store=None, concurrency=16)
+    finally:
+        local.close()
+    server = VLLMServer(path, model_name="pocket").start()
+    try:
+        remote = sf.Model(sf.LiteLLMBackend("hosted_vllm/pocket", api_base=server.base_url))
+        served = solve.build().map_sync(inputs, models={"pocket": remote}, store=None, concurrency=16)
+    finally:
+        server.stop()
+    assert all(result.ok and result.answer is not None for result in served)
+    right = sum(sf.equivalent(result.answer, row["answer"]) for result, row in zip(served, rows))
+    same = sum(a.answer == b.answer for a, b in zip(served, reference))
+    assert right / len(rows) >= 0.3
+    assert same >= 0.75 * len(rows), [(a.answer, b.answer) for a, b in zip(served, reference)]

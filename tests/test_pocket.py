@@ -18,7 +18,6 @@ from scaffold.pocket import (
     PocketConfig,
     PocketTask,
     aggregate_prompt,
-    build_pocket_model,
     build_tokenizer,
     load_report,
     pocket_model,
@@ -150,11 +149,10 @@ def test_training_prompts_are_what_a_scaffold_run_sends() -> None:
 
 
 # -- a real build -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def quick_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    """The seconds-sized pocket model, trained from scratch once for this module."""
-    path = tmp_path_factory.mktemp("pocket") / "model"
-    return path, build_pocket_model(path, PocketConfig.quick(), progress=False)
+@pytest.fixture
+def quick_model(pocket_quick: tuple[Path, Any]) -> tuple[Path, Any]:
+    """The seconds-sized pocket model, trained from scratch once per session (see conftest)."""
+    return pocket_quick
 
 
 def test_quick_build_learns_the_task_far_above_chance(quick_model: tuple[Path, Any]) -> None:
@@ -243,3 +241,116 @@ def test_exported_members_import() -> None:
     namespace: dict[str, object] = {}
     exec("from scaffold.pocket import *", namespace)
     assert sorted(k for k in namespace if k != "__builtins__") == sorted(scaffold.pocket.__all__)
+
+
+# -- the README's first command and the CLI -----------------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args: list[str], env: dict[str, str], timeout: float = 300) -> str:
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_every_topology_records_every_call_and_plots(quick_model: tuple[Path, Any],
+                                                               tmp_path: Path) -> None:
+    """pocket_demo.py on the quick model: a three-row table, per-step lines, a PNG, every call in the SQLite file."""
+    path, _ = quick_model
+    db, png = tmp_path / "demo.db", tmp_path / "plot.png"
+    out = _run(["examples/pocket_demo.py", "--pocket-dir", str(path), "--problems", "6", "--population", "4",
+                "--subset", "2", "--steps", "2", "--plot", str(png)], {"SCAFFOLD_STORE": str(db)})
+    table = {line.rsplit(None, 4)[0]: line.rsplit(None, 4)[1:] for line in out.splitlines()
+             if line.startswith(("single sample", "majority@4", "RSA N=4 K=2 T=2"))}
+    assert len(table) == 3
+    for accuracy, tokens, _calls, wall in table.values():
+        assert 0.0 <= float(accuracy) <= 1.0 and int(tokens.replace(",", "")) > 0 and float(wall) > 0
+    assert [int(row[2]) for row in table.values()] == [6, 6 * 4, 6 * (4 + 2 * 4)]  # model calls per topology
+    per_step = [line.split(":", 1)[1].split() for line in out.splitlines() if "of the population" in line]
+    assert len(per_step) == 2 and all(len(values) == 3 for values in per_step)  # steps 0, 1, 2
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "--model openai/" in out and "vllm" in out
+    store = sf.Store(db)
+    try:
+        runs = store.runs(dataset="pocket-demo")
+        assert len(runs) == 3 * 6 and {run.status for run in runs} == {"ok"}
+        by_graph = store.rollup("graph", dataset="pocket-demo")
+        assert {graph: totals.calls for graph, totals in by_graph.items()} == {
+            "single_sample": 6, "majority": 24, "rsa": 72}
+        rsa = next(run for run in runs if run.graph == "rsa")
+        assert all(trace.token_ids for trace in store.traces(rsa.id) if trace.node != "vote")
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_cli_builds_the_quick_model_once_and_writes_its_problems(tmp_path: Path) -> None:
+    """`scaffold pocket build --quick` builds into the cache and reports; again, it reuses it; problems follow it."""
+    cache = tmp_path / "cache"
+    first = _run(["-m", "scaffold", "pocket", "build", "--quick", "--cache-dir", str(cache)], {})
+    where = Path(next(line for line in first.splitlines() if line.startswith("pocket model:")).split(": ", 1)[1])
+    assert where.parent == cache / "pocket" and (where / "config.json").is_file()
+    assert "pass1" in first and "maj4" in first
+    stamp = (where / "model.safetensors").stat().st_mtime_ns
+    again = _run(["-m", "scaffold", "pocket", "build", "--quick", "--cache-dir", str(cache)], {})
+    assert f"pocket model: {where}" in again and (where / "model.safetensors").stat().st_mtime_ns == stamp
+
+    out = tmp_path / "test.jsonl"
+    _run(["-m", "scaffold", "pocket", "problems", "--n", "12", "--model-dir", str(where), "--out", str(out)], {})
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 12 and all(len(row["problem"].split("+")) == 2 for row in rows)  # the quick task: 2 terms
+    assert all(split_of(row["problem"]) == "test" for row in rows)
+
+
+def test_cli_problems_writes_the_default_task_and_rejects_impossible_requests(tmp_path: Path) -> None:
+    """Default problems are 3 x 3-digit sums in the shared schema; asking more than a split holds is a usage error."""
+    from click.testing import CliRunner
+
+    from scaffold.cli import main
+
+    runner = CliRunner()
+    out = tmp_path / "p.jsonl"
+    done = runner.invoke(main, ["pocket", "problems", "--n", "5", "--split", "train", "--seed", "2", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows == PocketTask().problems(5, seed=2, split="train")
+    assert all(set(row) == SCHEMA and len(row["problem"].split("+")) == 3 for row in rows)
+    done = runner.invoke(main, ["pocket", "problems", "--n", "200", "--digits", "1", "--terms", "2",
+                                "--out", str(out)])
+    assert done.exit_code == 2 and "test split" in done.output
+    done = runner.invoke(main, ["pocket", "problems", "--model-dir", str(tmp_path), "--out", str(out)])
+    assert done.exit_code == 2 and "no scaffold.json" in done.output
+
+
+@pytest.mark.slow
+def test_demo_runs_on_an_api_model_through_litellm(tmp_path: Path) -> None:
+    """--model/--api-base: the same topologies over HTTP to an OpenAI-compatible server, with generic prompts."""
+    import re
+
+    from scaffold.testing import OpenAIServer
+
+    seen: list[str] = []
+
+    def adder(request: Any) -> str:  # a perfect "API model": sums the numbers of the problem it is shown
+        seen.append(request.last_content)
+        numbers = re.search(r"\d+(?:\+\d+)+", request.last_content)
+        assert numbers is not None
+        return f"The sum is \\boxed{{{sum(map(int, numbers.group(0).split('+')))}}}."
+
+    db = tmp_path / "api.db"
+    with OpenAIServer(policy=adder) as server:
+        out = _run(["examples/pocket_demo.py", "--model", "openai/stand-in", "--api-base", server.base_url,
+                    "--problems", "4", "--population", "2", "--subset", "2", "--steps", "1",
+                    "--plot", str(tmp_path / "api.png")],
+                   {"SCAFFOLD_STORE": str(db), "OPENAI_API_KEY": "sk-stand-in"})
+    rows = [line.split() for line in out.splitlines() if line.startswith(("single sample", "majority@2", "RSA N="))]
+    assert len(rows) == 3 and all(row[-4] == "1.00" for row in rows)
+    assert len(seen) == 4 * (1 + 2 + 2 + 2) and all(text.startswith("Solve the problem") or "Problem" in text
+                                                   for text in seen)
+    assert (tmp_path / "api.png").is_file()

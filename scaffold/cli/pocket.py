@@ -16,19 +16,24 @@ def pocket() -> None:
     Examples:
       scaffold pocket build                # build once into the cache (a few minutes on 2 cores)
       scaffold pocket build --rebuild
+      scaffold pocket build --quick         # a seconds-sized model for smoke tests
       scaffold pocket problems --n 100 --split test --out pocket_test.jsonl
     """
 
 
 @pocket.command("build")
 @click.option("--rebuild", is_flag=True, help="Build again even if the cache has a model.")
+@click.option("--quick", is_flag=True,
+              help="The seconds-sized model of the tests (2 x 2-digit sums), not the default one.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds weights, data and checks.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where models are cached (default: $SCAFFOLD_CACHE, else ~/.cache/scaffold).")
-def build(rebuild: bool, cache_dir: Path | None) -> None:
+def build(rebuild: bool, quick: bool, seed: int, cache_dir: Path | None) -> None:
     """Build (or find) the pocket model and print where it is and what it scores."""
-    from scaffold.pocket import pocket_model
+    from scaffold.pocket import PocketConfig, pocket_model
 
-    path = pocket_model(cache_dir=cache_dir, rebuild=rebuild)
+    config = PocketConfig.quick(seed=seed) if quick else PocketConfig(seed=seed)
+    path = pocket_model(cache_dir=cache_dir, config=config, rebuild=rebuild)
     report = path / "pocket_report.json"
     click.echo(f"pocket model: {path}")
     if report.is_file():
@@ -37,19 +42,32 @@ def build(rebuild: bool, cache_dir: Path | None) -> None:
                           if k in ("pass1", "pass8", "maj8", "maj4", "agg4", "build_seconds"))
         click.echo(f"held-out figures: {shown}")
     click.echo(f"use it: sf.TransformersBackend({str(path)!r}), or `vllm serve {path}`")
+    click.echo(f"its problems: scaffold pocket problems --model-dir {path} --out problems.jsonl")
 
 
 @pocket.command("problems")
 @click.option("--n", "count", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--digits", type=click.IntRange(min=1), help="Digits per operand (default 3, or the model's).")
+@click.option("--terms", type=click.IntRange(min=2), help="Operands per problem (default 3, or the model's).")
+@click.option("--model-dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Write problems of the task this pocket model was trained on.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="A JSONL file in the schema of the benchmark data (id, problem, answer, source).")
-def problems(count: int, split: str, seed: int, out: Path) -> None:
-    """Write pocket problems as JSONL."""
-    from scaffold.pocket import PocketTask
+def problems(count: int, split: str, seed: int, digits: int | None, terms: int | None, model_dir: Path | None,
+             out: Path) -> None:
+    """Write pocket problems as JSONL (the train and test splits never share a problem)."""
+    from scaffold.pocket import PocketTask, pocket_task
 
-    task = PocketTask()
-    rows = task.problems(count, seed=seed, split=split)
+    try:
+        base = pocket_task(model_dir) if model_dir is not None else PocketTask()
+        task = PocketTask(digits=digits or base.digits, terms=terms or base.terms)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    try:
+        rows = task.problems(count, seed=seed, split=split)
+    except ValueError as error:  # more problems than the split holds
+        raise click.UsageError(str(error)) from None
     task.write_jsonl(out, rows)
     click.echo(f"{len(rows)} problems written to {out}")

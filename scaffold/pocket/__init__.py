@@ -30,7 +30,7 @@ Needs the ``train`` extra (torch, transformers, tokenizers) to build or run the 
 and the prompts need nothing.
 """
 
-from scaffold.pocket.cache import cache_root, load_report, pocket_model
+from scaffold.pocket.cache import cache_root, load_report, pocket_model, pocket_task
 from scaffold.pocket.config import BuildReport, PocketConfig
 from scaffold.pocket.evaluate import evaluate_pocket
 from scaffold.pocket.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT, aggregate_prompt, solve_prompt
@@ -54,6 +54,7 @@ __all__ = [
     "build_tokenizer",
     "pocket_model",
     "cache_root",
+    "pocket_task",
     # measuring it
     "evaluate_pocket",
     "load_report",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scaffold.pocket.config import PocketConfig
+from scaffold.pocket.task import PocketTask
 
 REPORT = "pocket_report.json"
 """Written last by a build: a directory holding it is complete."""
@@ -75,3 +76,23 @@ def pocket_model(
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``pocket_report.json`` a build saved in a model directory (the :class:`BuildReport` as a dict)."""
     return dict(json.loads((Path(path) / REPORT).read_text()))
+
+
+def pocket_task(path: str | os.PathLike[str]) -> PocketTask:
+    """The task a pocket model directory was trained on (its digits and terms, from ``scaffold.json``).
+
+    Example:
+        >>> pocket_task(pocket_model()).name  # doctest: +SKIP
+        '3x3'
+    """
+    meta_path = Path(path) / "scaffold.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        config = meta["config"]
+        if meta.get("kind") != "pocket":
+            raise ValueError(f"kind is {meta.get('kind')!r}, not 'pocket'")
+        return PocketTask(digits=int(config["digits"]), terms=int(config["terms"]))
+    except FileNotFoundError:
+        raise ValueError(f"{path} is not a pocket model directory: it has no scaffold.json") from None
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{meta_path} does not describe a pocket model: {error}") from None
