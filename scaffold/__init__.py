@@ -66,8 +66,19 @@ from scaffold.limits import InFlightLimit, RateLimit
 from scaffold.nodes import Node, Quorum, RuleOutput
 from scaffold.primitives import AGGREGATE_PROMPT, aggregate, candidates, generate, sample
 from scaffold.result import RunResult
-from scaffold.rules import agreement, best_of, cluster_answers, concat, map_traces, top_k, vote, weighted_vote
-from scaffold.selectors import AllMembers, CustomSelector, Each, Partition, RandomSubsets, Selector
+from scaffold.rules import (
+    agreement,
+    best_of,
+    cluster_answers,
+    concat,
+    map_traces,
+    rule,
+    select,
+    top_k,
+    vote,
+    weighted_vote,
+)
+from scaffold.selectors import AllMembers, CustomSelector, Each, Pairs, Partition, RandomSubsets, Selector
 from scaffold.store import close_stores
 from scaffold.template import Template
 from scaffold.types import Completion, Message, Request, Status, Trace, TraceKind, Usage
@@ -106,6 +117,8 @@ __all__ = [
     "weighted_vote",
     "best_of",
     "top_k",
+    "select",
+    "rule",
     "concat",
     "map_traces",
     "cluster_answers",
@@ -120,6 +133,7 @@ __all__ = [
     "RandomSubsets",
     "Partition",
     "Each",
+    "Pairs",
     "CustomSelector",
     "format_candidates",
     # answers

@@ -467,21 +467,23 @@ class Run:
     def _ok(self, members: list[Slot]) -> list[Trace]:
         return [t for s in members if (t := s.trace) is not None and t.status is Status.OK]
 
-    def launch_rule(self, node: RuleNode, members: list[Slot], out: Slot) -> None:
+    def launch_rule(self, node: RuleNode, members: list[Slot], out: Slot, using: list[list[Slot]]) -> None:
         read = self._ok(members)
         if not read:
             self.node_failed(node, [out], 0, EmptyInputError(f"every member read by {node.name!r} failed"))
             return
+        extra = [self._ok(slots) for slots in using]
         assert node.fn is not None
         try:
-            result = node.fn(read)
+            result = node.fn(read, *extra)
         except Exception as exc:  # user code in a rule (scorer, weight): recorded as the rule's failure
             self.node_failed(node, [out], 0, exc)
             return
+        seen = read + [t for traces in extra for t in traces]
         if inspect.isawaitable(result):
-            self.tasks.add(self.loop.create_task(self._await_rule(node, read, out, result)))
+            self.tasks.add(self.loop.create_task(self._await_rule(node, seen, out, result)))
         else:
-            self._rule_done(node, read, out, result)
+            self._rule_done(node, seen, out, result)
 
     async def _await_rule(self, node: RuleNode, read: list[Trace], out: Slot, pending: Any) -> None:
         try:
@@ -493,7 +495,13 @@ class Run:
             self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
         self._rule_done(node, read, out, result)
 
-    def _rule_done(self, node: RuleNode, read: list[Trace], out: Slot, result: RuleOutput) -> None:
+    def _rule_done(self, node: RuleNode, read: list[Trace], out: Slot, result: RuleOutput | str) -> None:
+        if isinstance(result, str):
+            result = RuleOutput(result, self.extract(result))
+        elif not isinstance(result, RuleOutput):
+            self.node_failed(node, [out], 0, RunError(
+                f"rule {node.name!r} returned {type(result).__name__}; return a RuleOutput or a string"))
+            return
         trace = Trace(
             id=f"{self.run_id}/{node.name}#0", run_id=self.run_id, node=node.name, index=0, kind=TraceKind.RULE,
             text=result.text, answer=result.answer, inputs=tuple(t.id for t in read), started_at=time.time(),
@@ -520,10 +528,23 @@ class Run:
             metadata=metadata,
         ))
 
-    def launch_select(self, node: SelectNode, members: list[Slot], outs: list[Slot]) -> None:
+    def launch_select(self, node: SelectNode, members: list[Slot], outs: list[Slot], using: list[list[Slot]]) -> None:
         read = self._ok(members)
-        assert node.score is not None
-        ranked = sorted(read, key=node.score, reverse=True)[: node.k]
+        if node.choose is not None:
+            try:
+                chosen = list(node.choose(read, *[self._ok(slots) for slots in using]))
+            except Exception as exc:  # user code: the selection fails under the node's policy
+                self.node_failed(node, outs, 0, exc)
+                return
+            allowed = {id(t) for t in read}
+            if any(id(t) not in allowed for t in chosen) or len({id(t) for t in chosen}) != len(chosen):
+                self.node_failed(node, outs, 0, RunError(
+                    f"select {node.name!r}: the function must return distinct members of the set it chooses from"))
+                return
+            ranked = chosen[: node.k]
+        else:
+            assert node.score is not None
+            ranked = sorted(read, key=node.score, reverse=True)[: node.k]
         for i, slot in enumerate(outs):
             self.resolve(slot, ranked[i] if i < len(ranked) else _MISSING)
 

@@ -243,21 +243,32 @@ def check_set(node: Node, size: int) -> None:
 
 @dataclass(eq=False)
 class RuleNode(SetNode):
-    """A rule aggregation: a function of the whole set, one new trace (vote, best-of, weighted vote)."""
+    """A rule aggregation: a function of the whole set, one new trace (vote, best-of, weighted vote).
 
-    fn: Callable[[list[Trace]], Any] | None = None
+    ``using`` are further sets the function reads (e.g. a judge's verdicts on the members); it is
+    called as ``fn(members, *using)``, each argument the successful traces of its set.
+    """
+
+    fn: Callable[..., Any] | None = None
     rule: str = "rule"
+    using: tuple[Node, ...] = ()
 
     @property
     def kind(self) -> str:  # type: ignore[override]
         return self.rule
 
+    @property
+    def reads(self) -> tuple[Node, ...]:
+        return (self.items, *self.using) if self.items is not None else self.using
+
     def expand(self, run: Run) -> list[Slot]:
         assert self.items is not None
         members = run.slots[self.items.id]
         check_set(self, len(members))
+        using = [run.slots[node.id] for node in self.using]
         out = run.new_slots(1)
-        run.when_ready(members + run.control_slots(self), out, partial(run.launch_rule, self, members, out[0]))
+        deps = members + [slot for slots in using for slot in slots] + run.control_slots(self)
+        run.when_ready(deps, out, partial(run.launch_rule, self, members, out[0], using))
         return out
 
 
@@ -281,20 +292,35 @@ class MapNode(SetNode):
 
 @dataclass(eq=False)
 class SelectNode(SetNode):
-    """``top_k``: the k best members by a score; passes the chosen traces through unchanged."""
+    """``top_k`` / ``select``: k members chosen by a score or a function; the chosen traces pass through unchanged.
+
+    With ``choose``, ``choose(members, *using)`` returns the chosen members, best first (``using``
+    as for :class:`RuleNode`); otherwise the ``k`` members with the highest ``score``.
+    """
 
     k: int = 1
     score: Callable[[Trace], float] | None = None
-    kind = "top_k"
+    choose: Callable[..., Sequence[Trace]] | None = None
+    using: tuple[Node, ...] = ()
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return "top_k" if self.choose is None else "select"
+
+    @property
+    def reads(self) -> tuple[Node, ...]:
+        return (self.items, *self.using) if self.items is not None else self.using
 
     def expand(self, run: Run) -> list[Slot]:
         assert self.items is not None
         members = run.slots[self.items.id]
         check_set(self, len(members))
         if self.k > len(members):
-            raise SubsetSizeError(f"top_k {self.name!r}: k={self.k} is larger than its set (n={len(members)})")
+            raise SubsetSizeError(f"{self.kind} {self.name!r}: k={self.k} is larger than its set (n={len(members)})")
+        using = [run.slots[node.id] for node in self.using]
         outs = run.new_slots(self.k)
-        run.when_ready(members + run.control_slots(self), outs, partial(run.launch_select, self, members, outs))
+        deps = members + [slot for slots in using for slot in slots] + run.control_slots(self)
+        run.when_ready(deps, outs, partial(run.launch_select, self, members, outs, using))
         return outs
 
 

@@ -214,6 +214,93 @@ def top_k(items: SetLike, k: int, score: Callable[[Trace], float], *, name: str 
     return builder.add(SelectNode(name=builder.unique_name(name or "top_k"), size=k, items=node, k=k, score=score))
 
 
+def _using_sets(using: SetLike | Sequence[SetLike] | None, what: str) -> tuple[Node, ...]:
+    if using is None:
+        return ()
+    if isinstance(using, (list, tuple)):
+        return tuple(as_set(u, what=what) for u in using)
+    return (as_set(using, what=what),)  # type: ignore[arg-type]
+
+
+def rule(
+    items: SetLike,
+    fn: Callable[..., RuleOutput | str | Any],
+    *,
+    using: SetLike | Sequence[SetLike] | None = None,
+    name: str | None = None,
+    on_error: OnError = "raise",
+) -> Node:
+    """Your own rule aggregator: ``fn(members, *using)`` reads whole sets and writes one new trace.
+
+    ``fn`` gets the successful traces of ``items`` and of each set in ``using`` (for example a
+    judge's verdicts on the members) and returns a :class:`RuleOutput` or a text (its answer is
+    extracted); it may be async. The new trace's lineage is every trace it read.
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def g():
+        ...     drafts = sf.candidates([r"\\boxed{3}", r"\\boxed{4}"])
+        ...     grades = sf.candidates(["0.2", "0.9"])
+        ...     def pick(members, scores):
+        ...         best = max(zip(members, scores), key=lambda pair: float(pair[1].text))[0]
+        ...         return sf.RuleOutput(best.text, best.answer, {"picked": best.id})
+        ...     return sf.rule(drafts, pick, using=grades)
+        >>> g.run_sync({}, models={}).answer
+        '4'
+    """
+    node = as_set(items, what="rule")
+    extra = _using_sets(using, "rule")
+    builder = current_builder("rule")
+    if node.size == 0:
+        raise EmptySetError("sf.rule() over an empty set")
+    if not callable(fn):
+        raise GraphDefinitionError("sf.rule() needs a function (members, *using) -> RuleOutput | str")
+    policy = make_policy(on_error)
+    if isinstance(policy, Quorum) and policy.k > 1:
+        raise SubsetSizeError(f"sf.rule() makes one trace; a quorum of {policy.k} can never be met")
+    return builder.add(RuleNode(name=builder.unique_name(name or "rule"), size=1, single=True, on_error=policy,
+                                items=node, fn=fn, rule="rule", using=extra))
+
+
+def select(
+    items: SetLike,
+    k: int,
+    choose: Callable[..., Sequence[Trace]],
+    *,
+    using: SetLike | Sequence[SetLike] | None = None,
+    name: str | None = None,
+) -> Node:
+    """Keep ``k`` members chosen by ``choose(members, *using)``, best first; the traces pass through unchanged.
+
+    The set operation behind elites and rankings: ``choose`` gets the successful traces of
+    ``items`` and of each set in ``using`` (say, pairwise judgements of the members) and returns
+    distinct members of ``items``; the first ``k`` are kept.
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def g():
+        ...     drafts = sf.candidates(["a", "bb", "ccc"])
+        ...     return sf.select(drafts, 2, lambda members: sorted(members, key=lambda t: len(t.text)))
+        >>> [t.text for t in g.run_sync({}, models={}).output]
+        ['a', 'bb']
+    """
+    node = as_set(items, what="select")
+    extra = _using_sets(using, "select")
+    builder = current_builder("select")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise SubsetSizeError(f"sf.select(): k must be an integer of at least 1, got {k!r}")
+    if node.size == 0:
+        raise EmptySetError("sf.select() over an empty set")
+    if node.size is not None and k > node.size:
+        raise SubsetSizeError(f"sf.select(): k={k} is larger than the set (n={node.size})")
+    if not callable(choose):
+        raise GraphDefinitionError("sf.select() needs a function (members, *using) -> chosen members")
+    return builder.add(SelectNode(name=builder.unique_name(name or "select"), size=k, items=node, k=k,
+                                  choose=choose, using=extra))
+
+
 def concat(*sets: SetLike, name: str | None = None) -> Node:
     """Join sets in order into one set; no new traces (lineage points at the originals).
 

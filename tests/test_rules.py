@@ -161,3 +161,100 @@ def test_agreement_share_must_be_a_fraction():
     for share in (0, 1.5):
         with pytest.raises(sf.GraphDefinitionError):
             sf.agreement(share)
+
+
+# -- rules and selections over several sets -----------------------------------------------------------
+def test_rule_reads_a_second_set_and_records_all_of_it_as_lineage():
+    """sf.rule(members, fn, using=verdicts): fn sees both sets; the new trace reads every trace it was given."""
+    seen = []
+
+    def pick(members, verdicts):
+        seen.append((len(members), len(verdicts)))
+        score = {v.inputs[0]: float(v.text) for v in verdicts}
+        best = max(members, key=lambda t: score[t.id])
+        return sf.RuleOutput(best.text, best.answer, {"score": score[best.id]})
+
+    @sf.graph
+    def judged(problem):
+        drafts = sf.sample("{problem}", model="solver", n=3)
+        verdicts = sf.aggregate(drafts, model="judge", select="each", prompt="grade {candidates}")
+        return sf.rule(drafts, pick, using=verdicts)
+
+    import itertools
+    import re
+
+    from scaffold.testing import ScriptedBackend
+
+    grades = {"0": "0.1", "1": "0.9", "2": "0.5"}
+    counter = itertools.count()
+    solver = ScriptedBackend(lambda r: (lambda i: f"draft {i}: " + boxed(i))(next(counter)))
+    judge = ScriptedBackend(lambda r: grades[re.search(r"draft (\d)", r.last_content).group(1)])
+    result = judged.run_sync({"problem": "p"}, models={"solver": solver, "judge": judge}, run_id="j", store=None)
+    assert seen == [(3, 3)]
+    assert result.answer == "1" and result.output.metadata == {"score": 0.9}
+    assert len(result.output.inputs) == 6
+    assert {i.split("/")[1].split("#")[0] for i in result.output.inputs} == {"sample", "aggregate"}
+
+
+def test_rule_returning_text_extracts_its_answer_and_a_bad_return_fails_the_run():
+    """A rule may return a plain string (answer extracted); returning anything else is a clear RunError."""
+    out = run_rule(lambda s: sf.rule(s, lambda ts: "joined: " + boxed(len(ts))), ["a", "b"])
+    assert out.text.startswith("joined") and out.answer == "2"
+    with pytest.raises(sf.RunError, match="RuleOutput or a string"):
+        run_rule(lambda s: sf.rule(s, lambda ts: 42), ["a"])
+
+
+def test_select_keeps_the_chosen_members_unchanged_best_first():
+    """sf.select passes the chosen traces through (same ids), in the order the function returns them."""
+    @sf.graph
+    def g():
+        drafts = sf.candidates(["a", "bbb", "cc"])
+        lengths = sf.candidates(["1", "3", "2"])
+        return sf.select(drafts, 2, lambda ms, ls: [ms[i] for i in sorted(range(3), key=lambda i: -int(ls[i].text))],
+                         using=lengths)
+
+    out = g.run_sync({}, models={}, run_id="s", store=None).output
+    assert [t.text for t in out] == ["bbb", "cc"]
+    assert [t.id for t in out] == ["s/candidates#1", "s/candidates#2"]
+    assert g.build().describe().count("select") >= 1
+
+
+def test_select_refuses_traces_that_are_not_members_and_bad_k():
+    """Returning a trace from outside the set fails the run; k larger than the set fails at build time."""
+    @sf.graph
+    def outsider():
+        drafts = sf.candidates(["a", "b"])
+        others = sf.candidates(["z"])
+        return sf.select(drafts, 1, lambda ms, os: list(os), using=others)
+
+    with pytest.raises(sf.RunError, match="distinct members"):
+        outsider.run_sync({}, models={}, store=None)
+
+    @sf.graph
+    def too_many():
+        return sf.select(sf.candidates(["a"]), 2, lambda ms: ms)
+
+    with pytest.raises(sf.SubsetSizeError):
+        too_many.build()
+
+
+def test_pairs_selector_reads_every_pair_or_balanced_random_pairs():
+    """Pairs() is every unordered pair once; Pairs(per_member=m) compares each member m times, seeded."""
+    import random
+    from collections import Counter
+
+    assert sf.Pairs().groups(4, random.Random(0)) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    pairs = sf.Pairs(per_member=3).groups(8, random.Random(5))
+    assert len(pairs) == 12 and len({tuple(sorted(p)) for p in pairs}) == 12
+    assert set(Counter(i for p in pairs for i in p).values()) == {3}
+    assert pairs == sf.Pairs(per_member=3).groups(8, random.Random(5))
+    assert sf.Pairs(per_member=3).groups(8, random.Random(6)) != pairs
+    with pytest.raises(sf.SubsetSizeError):
+        sf.Pairs().check(1)
+
+    @sf.graph
+    def compare(problem):
+        drafts = sf.sample("{problem}", model="m", n=5)
+        return sf.aggregate(drafts, model="m", select=sf.Pairs(per_member=2), prompt="which? {candidates}")
+
+    assert compare.build().count_calls() == {"m": 5 + 5}
