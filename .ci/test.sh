@@ -4,8 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-"$BIN/ruff" check scaffold tests benchmarks examples || exit 1
-"$BIN/mypy" scaffold || exit 1
+"$BIN/ruff" check scaffold graphs tests benchmarks examples || exit 1
+"$BIN/mypy" || exit 1
 bash .ci/postgres.sh || exit 1
 "$BIN/python" -m pytest "$@"
 rc=$?

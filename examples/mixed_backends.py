@@ -25,7 +25,7 @@ from scaffold.testing import Fault, OpenAIServer, ServerRequest, build_tiny_mode
 
 @sf.graph
 def mixture(problem, *, proposals: int = 3):
-    drafts = sf.sample("Solve step by step, end with \\boxed{{}}: {problem}", model="proposer", n=proposals)
+    drafts = sf.sample("Solve step by step, end with \\boxed{}: {problem}", model="proposer", n=proposals)
     return sf.aggregate(drafts, model="aggregator", logprobs=True,
                         prompt="Problem: {problem}\nProposed solutions:\n{candidates}\nWrite the best solution.")
 

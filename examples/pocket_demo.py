@@ -33,7 +33,7 @@ import scaffold as sf
 from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask, pocket_model, pocket_task
 from scaffold.rules import cluster_answers
 
-GENERIC_SOLVE = "Solve the problem. Put the final answer in \\boxed{{}}.\n\n{problem}"
+GENERIC_SOLVE = "Solve the problem. Put the final answer in \\boxed{}.\n\n{problem}"
 
 
 def graphs(population: int, subset: int, steps: int, pocket: bool) -> dict[str, sf.Graph]:

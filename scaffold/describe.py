@@ -19,6 +19,7 @@ from scaffold.nodes import (
     RuleNode,
     SelectNode,
 )
+from scaffold.template import Template
 from scaffold.types import Trace
 
 if TYPE_CHECKING:
@@ -108,13 +109,37 @@ def count_calls(graph: Graph, input_sizes: Mapping[str, int] | None = None) -> d
     return counts
 
 
+def stable_value(value: Any) -> Any:
+    """A build parameter as JSON data that is the same in every process (no memory addresses).
+
+    Functions are named by module and qualified name, templates by their text, sequences and
+    mappings element by element; other objects by ``repr``.
+
+    Example:
+        >>> import math
+        >>> stable_value((1, "a", math.sqrt)), stable_value({"k": None})
+        ([1, 'a', 'math.sqrt'], {'k': None})
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Template):
+        return value.text
+    if isinstance(value, Mapping):
+        return {str(k): stable_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [stable_value(v) for v in value]
+    name = getattr(value, "__qualname__", None)
+    if callable(value) and isinstance(name, str):
+        return f"{getattr(value, '__module__', None) or '?'}.{name}"
+    return repr(value)
+
+
 def spec(graph: Graph) -> dict[str, Any]:
     """The graph's structure as JSON-friendly data (recorded with every run)."""
     return {
         "name": graph.name,
         "inputs": list(graph.inputs),
-        "params": {k: v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
-                   for k, v in graph.params.items()},
+        "params": {k: stable_value(v) for k, v in graph.params.items()},
         "nodes": [
             {
                 "name": n.name,

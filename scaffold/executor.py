@@ -47,6 +47,7 @@ from scaffold.errors import (
 from scaffold.events import CallStarted, RunFinished, RunStarted, Subscriber, TraceFinished
 from scaffold.nodes import (
     CallNode,
+    ConcatNode,
     GateNode,
     LoopResultNode,
     MapNode,
@@ -475,7 +476,7 @@ class Run:
         extra = [self._ok(slots) for slots in using]
         assert node.fn is not None
         try:
-            result = node.fn(read, *extra)
+            result = node.fn(read, *extra, inputs=self.inputs) if node.pass_inputs else node.fn(read, *extra)
         except Exception as exc:  # user code in a rule (scorer, weight): recorded as the rule's failure
             self.node_failed(node, [out], 0, exc)
             return
@@ -571,6 +572,11 @@ class Run:
         for slot, src in zip(outs, chosen):
             self.resolve(slot, src.trace)  # type: ignore[arg-type]
 
+    def _passed_sets(self) -> dict[str, list[str]]:
+        """The members of every set that passes traces through (top_k, select, concat, loop results), by id."""
+        return {node.name: _member_ids(self.slots[node.id]) for node in self.graph.nodes
+                if isinstance(node, (SelectNode, ConcatNode, LoopResultNode)) and node.id < len(self.slots)}
+
     async def _expand_and_wait(self) -> None:
         assert self.done is not None
         nodes = self.graph.nodes
@@ -633,7 +639,7 @@ class Run:
         result = RunResult(
             run_id=self.run_id, graph=self.graph.name, inputs=self.inputs, seed=self.seed, status=status,
             output=self.graph.collect(self.slots) if self.error is None else None, traces=self.traces,
-            error=self.error, started_at=started, finished_at=time.time(),
+            error=self.error, started_at=started, finished_at=time.time(), passed=self._passed_sets(),
         )
         if self.subscribers:
             self.emit(RunFinished(result))
@@ -642,6 +648,10 @@ class Run:
         if status == "cancelled":
             raise asyncio.CancelledError
         return result
+
+
+def _member_ids(slots: list[Slot]) -> list[str]:
+    return [t.id for s in slots if (t := s.trace) is not None and t.status is Status.OK and t.id]
 
 
 def bind_models(graph: Graph, models: Mapping[str, Any] | None) -> dict[str, Model]:

@@ -252,6 +252,8 @@ class RuleNode(SetNode):
     fn: Callable[..., Any] | None = None
     rule: str = "rule"
     using: tuple[Node, ...] = ()
+    pass_inputs: bool = False
+    """Call ``fn(members, *using, inputs=<the run's inputs>)``."""
 
     @property
     def kind(self) -> str:  # type: ignore[override]

@@ -35,6 +35,9 @@ class RunResult:
     finished_at: float = 0.0
     index: int | None = None
     """Position of the input row in ``Graph.map``'s dataset."""
+    passed: Mapping[str, list[str]] = field(default_factory=dict)
+    """Trace ids of the sets that pass traces through without making new ones (``top_k``, ``select``,
+    ``concat``, loop results), by node name: what :meth:`node` returns for those nodes."""
 
     @property
     def ok(self) -> bool:
@@ -50,7 +53,14 @@ class RunResult:
         return self.finished_at - self.started_at
 
     def node(self, name: str) -> list[Trace]:
-        """Traces produced by the node called ``name``, ordered by index."""
+        """Traces produced by the node called ``name``, ordered by index.
+
+        For a node that passes traces through (``top_k``, ``select``, ``concat``, a loop's
+        result), the members of its set, in the set's order.
+        """
+        if name in self.passed:
+            by_id = {t.id: t for t in self.traces}
+            return [by_id[i] for i in self.passed[name] if i in by_id]
         return sorted((t for t in self.traces if t.node == name), key=lambda t: t.index)
 
     def calls_by_model(self) -> dict[str, int]:

@@ -227,6 +227,7 @@ def rule(
     fn: Callable[..., RuleOutput | str | Any],
     *,
     using: SetLike | Sequence[SetLike] | None = None,
+    inputs: bool = False,
     name: str | None = None,
     on_error: OnError = "raise",
 ) -> Node:
@@ -234,7 +235,9 @@ def rule(
 
     ``fn`` gets the successful traces of ``items`` and of each set in ``using`` (for example a
     judge's verdicts on the members) and returns a :class:`RuleOutput` or a text (its answer is
-    extracted); it may be async. The new trace's lineage is every trace it read.
+    extracted); it may be async. With ``inputs=True`` it is also given the run's inputs as the
+    keyword argument ``inputs`` (a verifier that needs the problem text). The new trace's lineage
+    is every trace it read.
 
     Example:
         >>> import scaffold as sf
@@ -260,7 +263,7 @@ def rule(
     if isinstance(policy, Quorum) and policy.k > 1:
         raise SubsetSizeError(f"sf.rule() makes one trace; a quorum of {policy.k} can never be met")
     return builder.add(RuleNode(name=builder.unique_name(name or "rule"), size=1, single=True, on_error=policy,
-                                items=node, fn=fn, rule="rule", using=extra))
+                                items=node, fn=fn, rule="rule", using=extra, pass_inputs=inputs))
 
 
 def select(

@@ -258,3 +258,13 @@ def test_pairs_selector_reads_every_pair_or_balanced_random_pairs():
         return sf.aggregate(drafts, model="m", select=sf.Pairs(per_member=2), prompt="which? {candidates}")
 
     assert compare.build().count_calls() == {"m": 5 + 5}
+
+
+def test_rule_with_inputs_true_is_given_the_runs_inputs():
+    """sf.rule(..., inputs=True) calls fn(members, inputs=<run inputs>); without it no keyword is passed."""
+    @sf.graph
+    def g(problem):
+        drafts = sf.candidates(["a", "b"])
+        return sf.rule(drafts, lambda ms, *, inputs: sf.RuleOutput(f"{inputs['problem']}:{len(ms)}"), inputs=True)
+
+    assert g.run_sync({"problem": "P"}, models={}, store=None).output.text == "P:2"

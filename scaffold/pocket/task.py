@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -210,6 +211,47 @@ class PocketTask:
             answer = _miscopied(answer, rng)
         return render_solution(lines, answer)
 
+    def check_steps(self, problem: str, text: str) -> float:
+        """The share of a solution's lines that follow from the problem and the lines before them.
+
+        A process verifier that needs no reference answer: a column line is consistent when its
+        digits are that column's operand digits (right to left), its carry is the one the line
+        before it (as written) passes on, and every running sum adds the term to the sum before
+        it; the ``\\boxed{}`` line is consistent when it is the sum the column lines (as written)
+        spell. A line that cannot be read counts as inconsistent, and so does every line missing
+        from or added to the ``digits + 1`` a solution has. An error is charged where it is
+        made, not again in the lines that follow from it. Raises ``ValueError`` when ``problem``
+        is not a problem of this task.
+
+        Example:
+            >>> task = PocketTask(digits=2, terms=2)
+            >>> task.check_steps("47+85", task.solution("47+85"))
+            1.0
+            >>> task.check_steps("47+85", "7+5=12+0=12\\n4+8=12+1=13\\n\\\\boxed{142}")  # a miscopied answer
+            0.6666666666666666
+        """
+        expected = self.columns(problem)
+        lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+        good = 0
+        carry: int | None = 0
+        written: list[Column] = []
+        for index, line in enumerate(lines):
+            if index == len(expected):
+                boxed = _BOXED.fullmatch(line)
+                if boxed and len(written) == len(expected) and int(boxed.group(1)) == int(assemble(written)):
+                    good += 1
+                continue
+            column = _read_line(line, self.terms) if index < len(expected) else None
+            if column is None:
+                carry = None  # the next line's carry has nothing to follow from: any carry goes
+                continue
+            written.append(column)
+            partials_ok = column.partials == Column.add(column.digits, column.carry).partials
+            if column.digits == expected[index].digits and carry in (None, column.carry) and partials_ok:
+                good += 1
+            carry = column.total // 10
+        return good / max(len(lines), len(expected) + 1)
+
     def write_jsonl(self, path: str | Path, rows: Iterable[dict[str, str]]) -> Path:
         """Write rows as JSON lines (the schema of ``shared/data/*.jsonl``) and return the path."""
         path = Path(path)
@@ -218,6 +260,23 @@ class PocketTask:
             for row in rows:
                 out.write(json.dumps({key: str(row[key]) for key in ("id", "problem", "answer", "source")}) + "\n")
         return path
+
+
+_LINE = re.compile(r"(\d)((?:\+\d=\d\d)+)")
+_TERM = re.compile(r"\+(\d)=(\d\d)")
+_BOXED = re.compile(r"\\boxed\{(\d+)\}")
+
+
+def _read_line(line: str, terms: int) -> Column | None:
+    """A column line as written (its sums unchecked), or ``None`` if it is not one of ``terms`` terms."""
+    match = _LINE.fullmatch(line)
+    if match is None:
+        return None
+    steps = [(int(t), int(p)) for t, p in _TERM.findall(match.group(2))]
+    if len(steps) != terms:
+        return None
+    digits = (int(match.group(1)), *(t for t, _ in steps[:-1]))
+    return Column(digits, steps[-1][0], tuple(p for _, p in steps))
 
 
 def assemble(lines: Sequence[Column]) -> str:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from scaffold.describe import stable_value
 from scaffold.errors import StoreError
 from scaffold.events import Event, RunFinished, RunStarted, TraceFinished
 from scaffold.store import codec
@@ -56,7 +57,7 @@ class Recorder:
                                           "data": codec.jsonable(event.inputs)}))
         self.writer.put(("run", {
             "id": event.run_id, "graph": event.graph, "spec": codec.jsonable(event.spec),
-            "params": codec.jsonable(event.params), "inputs": codec.jsonable(event.inputs), "models": self.models,
+            "params": stable_value(event.params), "inputs": codec.jsonable(event.inputs), "models": self.models,
             "seed": event.seed, "status": "running", "error": None, "started_at": time.time(), "finished_at": None,
             "output": None, "answer": None, "dataset": self.dataset, "item": self.item, "calls": 0,
             "prompt_tokens": 0, "completion_tokens": 0, "cost": None, "attempts": 1,

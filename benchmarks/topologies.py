@@ -1,0 +1,108 @@
+"""Topologies benchmark: every ready-made topology on the same pocket problems at comparable budgets.
+
+Runs each topology of ``graphs/`` over the same held-out pocket problems (100 by default) on the
+pocket model (in-process transformers backend, temperature 1, seed 0), each sized to about 12–22
+model calls per problem, and prints accuracy, tokens (prompt + completion), model calls and wall
+time per topology. The pocket model only knows its two prompts, so every aggregation-style prompt
+is its aggregation prompt, candidate sets read at most 12 members (its context is 1,024
+characters), best-of-N and weighted majority score with the pocket step verifier (no reference
+answer), and pairwise ranking uses the model itself as judge (the candidate that agrees with its
+aggregation of the pair wins). Single-sample accuracy (pass@1) is the baseline.
+
+The last line is one JSON object: ``bench`` ("topologies"), ``problems``, and ``results``, a
+mapping from topology name to ``{"accuracy", "tokens", "calls", "wall_s"}``.
+
+Usage: python benchmarks/topologies.py [--quick] [--problems N] [--pocket-dir DIR] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import graphs
+import scaffold as sf
+from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask, pocket_model, pocket_task
+
+
+def topologies(task: PocketTask) -> dict[str, sf.Graph]:
+    """Every topology, sized to comparable budgets, with the pocket model's prompts."""
+    solve = {"prompt": SOLVE_PROMPT}
+    both = {"prompt": SOLVE_PROMPT, "aggregate_prompt": AGGREGATE_PROMPT}
+
+    def verify(problem: str, trace: sf.Trace) -> float:
+        return task.check_steps(problem, trace.text)
+
+    @sf.graph(name="single_sample")
+    def single(problem: str) -> Any:
+        return sf.generate(SOLVE_PROMPT, model="solver")
+
+    return {
+        "single_sample": single.build(),
+        "self_consistency": graphs.self_consistency.build(n=16, **solve),
+        "best_of_n": graphs.best_of_n.build(n=16, verifier=verify, **solve),
+        "weighted_majority": graphs.weighted_majority.build(n=16, verifier=verify, **solve),
+        "rsa": graphs.rsa.build(population=8, subset_size=4, steps=1, **both),
+        "rsa_t3": graphs.rsa.build(population=4, subset_size=4, steps=3, **both),
+        "evolve": graphs.evolve.build(population=8, generations=1, parents=4, prompt=SOLVE_PROMPT,
+                                      evolve_prompt=AGGREGATE_PROMPT),
+        "mixture_of_agents": graphs.mixture_of_agents.build(proposers=("solver",) * 4, layers=4,
+                                                            aggregator="solver", prompt=SOLVE_PROMPT,
+                                                            moa_prompt=AGGREGATE_PROMPT),
+        "self_moa": graphs.self_moa.build(samples=12, prompt=SOLVE_PROMPT, moa_prompt=AGGREGATE_PROMPT),
+        "agglm": graphs.agglm.build(candidates=12, aggregator="solver", **both),
+        "ssa": graphs.ssa.build(samples=12, aggregator="solver", prompt=SOLVE_PROMPT,
+                                summary_prompt=AGGREGATE_PROMPT),
+        "aggregation_tree": graphs.aggregation_tree.build(leaves=12, branching=4, **both),
+        "pairwise_ranking": graphs.pairwise_ranking.build(
+            population=6, generations=2, elites=2, comparisons_per_member=2, judge="solver", prompt=SOLVE_PROMPT,
+            compare_prompt=AGGREGATE_PROMPT, refine_prompt=AGGREGATE_PROMPT, verdict=graphs.agreement_verdict),
+    }
+
+
+async def measure(graph: sf.Graph, rows: list[dict[str, str]], model: sf.Model) -> dict[str, float]:
+    start = time.perf_counter()
+    inputs = [{"problem": row["problem"]} for row in rows]
+    results = [r async for r in graph.map(inputs, models={"solver": model}, concurrency=32, seed=0, store=None)]
+    wall = time.perf_counter() - start
+    right = sum(sf.equivalent(r.answer, rows[r.index or 0]["answer"]) for r in results)
+    return {
+        "accuracy": round(right / len(rows), 4),
+        "tokens": sum(r.usage.total_tokens for r in results),
+        "calls": sum(sum(r.calls_by_model().values()) for r in results),
+        "wall_s": round(wall, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 problems instead of 100")
+    parser.add_argument("--problems", type=int)
+    parser.add_argument("--pocket-dir", type=Path, help="a pocket model directory instead of the cached default")
+    parser.add_argument("--only", nargs="*", help="run only these topologies")
+    args = parser.parse_args()
+
+    path = args.pocket_dir or pocket_model()
+    task = pocket_task(path)
+    rows = task.problems(args.problems or (20 if args.quick else 100), seed=0, split="test")
+    model = sf.Model(sf.TransformersBackend(path, max_batch_size=64), name=f"pocket:{path.name}",
+                     params={"temperature": 1.0})
+    chosen = {name: g for name, g in topologies(task).items() if not args.only or name in args.only}
+    print(f"{len(rows)} held-out pocket problems ({task.name}), temperature 1, seed 0")
+    print(f"{'topology':<20} {'accuracy':>8} {'tokens/problem':>14} {'calls/problem':>13} {'wall s':>7}")
+    results: dict[str, dict[str, float]] = {}
+    for name, graph in chosen.items():
+        figures = asyncio.run(measure(graph, rows, model))
+        results[name] = figures
+        print(f"{name:<20} {figures['accuracy']:>8.2f} {figures['tokens'] / len(rows):>14,.0f} "
+              f"{figures['calls'] / len(rows):>13.1f} {figures['wall_s']:>7.1f}", flush=True)
+    print(json.dumps({"bench": "topologies", "problems": len(rows), "model": f"pocket:{path.name}",
+                      "results": results}))
+
+
+if __name__ == "__main__":
+    main()

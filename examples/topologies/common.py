@@ -1,0 +1,125 @@
+"""What every topology example shares: arguments, the model, the problems, the evaluation table.
+
+By default the examples run on the pocket model (built or loaded from the cache; no key, no
+GPU) over held-out pocket problems, with the prompts it was trained on. ``--model`` runs them on
+any litellm model (``openai/gpt-4o-mini`` with ``OPENAI_API_KEY`` set, ``hosted_vllm/NAME`` with
+``--api-base``) with the topologies' default prompts; ``--data`` reads problems from a JSONL file
+with ``problem`` and ``answer`` fields (``../shared/data/math500.jsonl``, say). Every alias of a
+topology (solver, judge, aggregator, proposers) is bound to that one model unless the example
+says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `graphs` imports as a package
+
+import scaffold as sf  # noqa: E402
+
+
+def parser(description: str | None) -> argparse.ArgumentParser:
+    """The arguments every topology example takes."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--problems", type=int, default=20, help="how many problems (default 20)")
+    p.add_argument("--model", help="a litellm model name instead of the in-process pocket model")
+    p.add_argument("--api-base", help="the server of --model (an OpenAI-compatible URL)")
+    p.add_argument("--prompts", choices=["pocket", "generic"],
+                   help="the pocket model's prompts or the topology's own (default: pocket without --model)")
+    p.add_argument("--pocket-dir", type=Path, help="a pocket model directory instead of the cached one")
+    p.add_argument("--data", type=Path, help="a JSONL file of problems with 'problem' and 'answer' fields")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--concurrency", type=int, default=16, help="problems run at once")
+    p.add_argument("--temperature", type=float, default=1.0)
+    return p
+
+
+@dataclass
+class Setup:
+    """The model, the prompts and the problems an example runs on."""
+
+    model: sf.Model
+    rows: list[dict[str, str]]
+    pocket: bool
+    """Whether the pocket model's prompts are in use."""
+    prompts: dict[str, str] = field(default_factory=dict)
+    """Prompt build parameters for the pocket model (``prompt``, ``aggregate_prompt``); empty otherwise."""
+    seed: int = 0
+    concurrency: int = 16
+
+    def models(self, graph: sf.Graph) -> dict[str, sf.Model]:
+        """Every alias the graph uses, bound to the one model."""
+        return {alias: self.model for alias in graph.count_calls()}
+
+
+def setup(args: argparse.Namespace) -> Setup:
+    """Bind the model and load the problems the arguments ask for."""
+    from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask, pocket_model, pocket_task
+
+    params = {"temperature": args.temperature}
+    path = args.pocket_dir or (pocket_model() if args.model is None else None)
+    if args.model is None:
+        assert path is not None
+        model = sf.Model(sf.TransformersBackend(path, max_batch_size=64), name=f"pocket:{path.name}", params=params)
+    else:
+        extra = {"api_base": args.api_base} if args.api_base else {}
+        model = sf.Model(sf.LiteLLMBackend(args.model, **extra), params=params, max_in_flight=32)
+    pocket = (args.prompts or ("generic" if args.model else "pocket")) == "pocket"
+    if args.data is not None:
+        rows = load_rows(args.data)[: args.problems]
+    else:
+        task = pocket_task(path) if path is not None else PocketTask()
+        rows = task.problems(args.problems, seed=args.seed, split="test")
+    prompts = {"prompt": SOLVE_PROMPT, "aggregate_prompt": AGGREGATE_PROMPT} if pocket else {}
+    return Setup(model=model, rows=rows, pocket=pocket, prompts=prompts, seed=args.seed,
+                 concurrency=args.concurrency)
+
+
+def load_rows(path: Path) -> list[dict[str, str]]:
+    """Problems from a JSONL file; a row without ``problem`` or ``answer`` is an error naming its line."""
+    rows = []
+    with path.open() as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                rows.append({"problem": str(row["problem"]), "answer": str(row["answer"])})
+            except (json.JSONDecodeError, KeyError, TypeError) as error:
+                raise SystemExit(f"{path}:{number}: not a problem row ({error!r})") from None
+    return rows
+
+
+def evaluate(name: str, graph: sf.Graph, run: Setup) -> list[sf.RunResult]:
+    """Run ``graph`` over the problems, print one table row (accuracy, tokens, calls, wall), return the results."""
+
+    async def go() -> list[sf.RunResult]:
+        inputs = [{"problem": row["problem"]} for row in run.rows]
+        results = [r async for r in graph.map(inputs, models=run.models(graph), concurrency=run.concurrency,
+                                              seed=run.seed, dataset=f"example-{name}")]
+        return sorted(results, key=lambda r: r.index or 0)
+
+    start = time.perf_counter()
+    results = asyncio.run(go())
+    wall = time.perf_counter() - start
+    right = sum(sf.equivalent(r.answer, run.rows[r.index or 0]["answer"]) for r in results)
+    tokens = sum(r.usage.total_tokens for r in results)
+    calls = sum(sum(r.calls_by_model().values()) for r in results)
+    print(f"{'topology':<28} {'accuracy':>8} {'tokens':>10} {'calls':>6} {'wall s':>7}")
+    print(f"{name:<28} {right / len(results):>8.2f} {tokens:>10,} {calls:>6} {wall:>7.1f}")
+    return results
+
+
+def accuracy(traces: list[sf.Trace], answer: str) -> float:
+    """Share of traces whose answer is equivalent to ``answer``."""
+    return sum(sf.equivalent(t.answer, answer) for t in traces) / len(traces) if traces else 0.0
+
+
+__all__ = ["Setup", "accuracy", "evaluate", "load_rows", "parser", "setup", "Any"]

@@ -1,0 +1,73 @@
+"""Ready-made topologies from the literature, each written only with scaffold's public DSL.
+
+Every topology is a graph function: ``topology.build(**params)`` gives a :class:`scaffold.Graph`,
+``topology.run_sync({"problem": ...}, models={...})`` runs it with the paper's defaults. Model
+aliases (``model="solver"``, ``judge="judge"``, ...) and prompts are build parameters, so one
+topology runs on any backend and with the prompts a model was trained on::
+
+    import graphs
+    from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_model
+    import scaffold as sf
+
+    g = graphs.rsa.build(population=8, subset_size=4, steps=3, prompt=SOLVE_PROMPT,
+                         aggregate_prompt=AGGREGATE_PROMPT)
+    result = g.run_sync({"problem": "482+915+307"}, models={"solver": sf.TransformersBackend(pocket_model())})
+"""
+
+from graphs.agglm import agglm, aggregate_given, ssa
+from graphs.best_of_n import best_of_n, parse_score, weighted_majority
+from graphs.evolve import evolve
+from graphs.moa import mixture_of_agents, self_moa
+from graphs.pairwise import (
+    agreement_verdict,
+    bradley_terry,
+    pairwise_ranking,
+    parse_winner,
+    population_by_generation,
+)
+from graphs.prompts import (
+    AGGREGATE_PROMPT,
+    COMPARE_PROMPT,
+    EVOLVE_PROMPT,
+    JUDGE_PROMPT,
+    MOA_PROMPT,
+    REFINE_PROMPT,
+    SOLVE_PROMPT,
+    SUMMARY_PROMPT,
+)
+from graphs.rsa import population_by_step, rsa
+from graphs.self_consistency import self_consistency
+from graphs.tree import aggregation_tree
+
+__all__ = [
+    # topologies
+    "self_consistency",
+    "rsa",
+    "mixture_of_agents",
+    "self_moa",
+    "evolve",
+    "agglm",
+    "ssa",
+    "aggregate_given",
+    "aggregation_tree",
+    "best_of_n",
+    "weighted_majority",
+    "pairwise_ranking",
+    # reading results
+    "population_by_step",
+    "population_by_generation",
+    # judges and verifiers
+    "parse_score",
+    "parse_winner",
+    "agreement_verdict",
+    "bradley_terry",
+    # default prompts
+    "SOLVE_PROMPT",
+    "AGGREGATE_PROMPT",
+    "SUMMARY_PROMPT",
+    "MOA_PROMPT",
+    "EVOLVE_PROMPT",
+    "JUDGE_PROMPT",
+    "COMPARE_PROMPT",
+    "REFINE_PROMPT",
+]

@@ -1,0 +1,92 @@
+"""Mixture-of-Agents (Wang et al. 2024, "Mixture-of-Agents Enhances Large Language Model Capabilities") and
+Self-MoA (Li et al. 2025, "Rethinking Mixture-of-Agents: Is Mixing Different LLMs Beneficial?").
+
+Mixture-of-Agents stacks layers of proposers. In layer 1 every proposer answers the problem; in each
+later layer every proposer reads *all* responses of the previous layer with the
+aggregate-and-synthesize prompt (:data:`~graphs.prompts.MOA_PROMPT`) and writes its own; the last
+layer is a single aggregator that reads all responses of the layer before it. The paper's default
+MoA uses six open proposers, the same six in every layer, and three layers, the last of which is
+the aggregator (Qwen1.5-110B-Chat); here ``layers`` counts the aggregator's layer too, so the
+defaults are six proposer aliases (``proposer1`` … ``proposer6``), ``layers=3`` (two proposer
+layers, then the aggregator) and ``aggregator="aggregator"``. Nodes are ``layer{l}_{alias}``
+(one trace each) and ``final``.
+
+Self-MoA replaces the mix of models by one strong model sampled several times (six samples, in
+the paper's AlpacaEval setting), then aggregated once — :func:`self_moa`. Departures: the paper's
+sequential variant, Self-MoA-Seq (a sliding window: the aggregator reads a few samples at a time
+together with its own previous synthesis, for when all samples do not fit in its context), is
+not implemented here; ``sf.aggregate`` over consecutive ``sf.sample`` nodes builds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import scaffold as sf
+from graphs.prompts import MOA_PROMPT, SOLVE_PROMPT
+
+PROPOSERS = ("proposer1", "proposer2", "proposer3", "proposer4", "proposer5", "proposer6")
+"""Default proposer aliases: six, as in the paper's MoA."""
+
+
+def _check_proposers(proposers: Any) -> tuple[str, ...]:
+    if isinstance(proposers, str) or not isinstance(proposers, (tuple, list)) or not proposers:
+        raise sf.GraphDefinitionError(
+            f"mixture_of_agents(proposers=...) takes a non-empty tuple of model aliases, got {proposers!r}")
+    bad = [p for p in proposers if not isinstance(p, str) or not p]
+    if bad:
+        raise sf.GraphDefinitionError(f"mixture_of_agents(): proposers must be alias strings, got {bad!r}")
+    return tuple(proposers)
+
+
+@sf.graph(name="mixture_of_agents")
+def mixture_of_agents(
+    problem: str,
+    *,
+    proposers: tuple[str, ...] = PROPOSERS,
+    layers: int = 3,
+    aggregator: str = "aggregator",
+    prompt: str = SOLVE_PROMPT,
+    moa_prompt: str = MOA_PROMPT,
+) -> Any:
+    """``layers - 1`` layers of proposers, each reading every response of the layer before; then one aggregator.
+
+    Example:
+        >>> from graphs import mixture_of_agents
+        >>> mixture_of_agents.build(proposers=("a", "b", "c")).count_calls()
+        {'a': 2, 'b': 2, 'c': 2, 'aggregator': 1}
+    """
+    aliases = _check_proposers(proposers)
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 2:
+        raise sf.SubsetSizeError(f"mixture_of_agents(): layers must be at least 2 (one of proposers, then the "
+                                 f"aggregator), got {layers!r}")
+    responses = [sf.generate(prompt, model=alias, name=f"layer1_{alias}") for alias in aliases]
+    for layer in range(2, layers):
+        previous = sf.concat(*responses, name=f"layer{layer - 1}_responses")
+        responses = [sf.aggregate(previous, model=alias, prompt=moa_prompt, name=f"layer{layer}_{alias}")
+                     for alias in aliases]
+    last = sf.concat(*responses, name=f"layer{layers - 1}_responses")
+    return sf.aggregate(last, model=aggregator, prompt=moa_prompt, name="final")
+
+
+@sf.graph(name="self_moa")
+def self_moa(
+    problem: str,
+    *,
+    model: str = "solver",
+    samples: int = 6,
+    aggregator: str | None = None,
+    prompt: str = SOLVE_PROMPT,
+    moa_prompt: str = MOA_PROMPT,
+) -> Any:
+    """``samples`` responses of one model (node ``samples``), aggregated in one call (node ``final``).
+
+    The aggregator is the same model unless ``aggregator`` names another alias.
+
+    Example:
+        >>> from graphs import self_moa
+        >>> self_moa.build().count_calls()
+        {'solver': 7}
+    """
+    responses = sf.sample(prompt, model=model, n=samples, name="samples")
+    return sf.aggregate(responses, model=aggregator or model, prompt=moa_prompt, name="final")

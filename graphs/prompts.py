@@ -1,0 +1,70 @@
+"""Default prompts of the ready-made topologies, in our own words.
+
+Every topology takes its prompts as build parameters, so a model trained on other prompts (the
+pocket model's :data:`~scaffold.pocket.SOLVE_PROMPT`, say) gets exactly what it knows. Templates
+use ``{problem}``; aggregation prompts also get ``{candidates}`` (the numbered candidate texts)
+and ``{k}`` (how many). Other braces are literal (``\\boxed{}``); ``{{name}}`` is a literal ``{name}``.
+"""
+
+from __future__ import annotations
+
+SOLVE_PROMPT = (
+    "Solve the following problem step by step. Put the final answer in \\boxed{}.\n\n"
+    "Problem:\n{problem}"
+)
+"""One chain of thought for a problem."""
+
+AGGREGATE_PROMPT = (
+    "Problem:\n{problem}\n\n"
+    "Below are {k} candidate solutions to the problem. Some of them may be wrong.\n\n"
+    "{candidates}\n\n"
+    "Review the candidates carefully: check each step, correct the mistakes you find, fill in anything that "
+    "is missing, and combine the useful ideas into one complete and correct solution. Do not copy a candidate "
+    "without checking it. End with the final answer in \\boxed{}."
+)
+"""Recursive Self-Aggregation and AggLM: candidates in, one better solution out."""
+
+SUMMARY_PROMPT = (
+    "Problem:\n{problem}\n\n"
+    "Here are {k} independent attempts at the problem:\n\n{candidates}\n\n"
+    "Considering all of the attempts, state the final answer only, as \\boxed{}."
+)
+"""SSA-style aggregation: the samples in, a short final answer out."""
+
+MOA_PROMPT = (
+    "You have been given responses from several models to the problem below. Critically evaluate them, "
+    "since some may be biased or wrong, and write one refined, accurate and complete response of your own. "
+    "End with the final answer in \\boxed{}.\n\n"
+    "Problem:\n{problem}\n\nResponses:\n{candidates}"
+)
+"""Mixture-of-Agents: a layer's proposers and the final aggregator read every previous-layer response."""
+
+EVOLVE_PROMPT = (
+    "Problem:\n{problem}\n\n"
+    "Here are {k} solutions from a population of attempts:\n\n{candidates}\n\n"
+    "Write a new, improved solution: keep what is right in them, fix what is wrong, and try a different idea "
+    "where they all seem stuck. End with the final answer in \\boxed{}."
+)
+"""Population evolution: parents in, one child out."""
+
+JUDGE_PROMPT = (
+    "Problem:\n{problem}\n\nProposed solution:\n{candidates}\n\n"
+    "Check the solution step by step. Then rate how likely it is to be correct on a scale from 0 to 10, "
+    "on the last line, exactly as: Score: <number>"
+)
+"""A judge scoring one candidate (best-of-N, weighted majority)."""
+
+COMPARE_PROMPT = (
+    "Problem:\n{problem}\n\nTwo candidate solutions follow.\n\n{candidates}\n\n"
+    "Compare them step by step and decide which one is more likely to be correct. "
+    "On the last line write exactly: Winner: 1  or  Winner: 2"
+)
+"""A judge comparing two candidates (pairwise ranking)."""
+
+REFINE_PROMPT = (
+    "Problem:\n{problem}\n\n"
+    "Here are the best solutions found so far, as ranked by a judge:\n\n{candidates}\n\n"
+    "Write a new solution that improves on them: fix any remaining mistakes and make every step clear. "
+    "End with the final answer in \\boxed{}."
+)
+"""Pairwise ranking: elites in, a new candidate out."""

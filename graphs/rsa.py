@@ -1,0 +1,71 @@
+"""Recursive Self-Aggregation (Venkatraman et al. 2025, "Recursive Self-Aggregation Unlocks Deep Thinking
+in Large Language Models").
+
+A population of ``population`` (N) solutions is sampled; at each of ``steps`` (T) steps, N
+aggregation calls each read a subset of ``subset_size`` (K) *distinct* members of the previous
+population, drawn uniformly at random, and write one new solution; the N outputs are the next
+population. ``subset_size=1`` is self-refinement. Paper defaults: N=16, K=4, T=10. The paper
+reports the final population's accuracy (mean over members, or a majority vote over it); here
+``final_vote=True`` (the default) ends with an equivalence-clustered vote, ``False`` returns the
+last population itself. Every step is a named node — ``step0`` (the samples) … ``step{T}`` — so
+:func:`population_by_step` can plot accuracy by step.
+
+Departures: subsets are drawn independently per call from the run's seed (the paper does the
+same, without saying whether subsets of one step may repeat; here they may).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import scaffold as sf
+from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
+
+
+@sf.graph(name="rsa")
+def rsa(
+    problem: str,
+    *,
+    population: int = 16,
+    subset_size: int = 4,
+    steps: int = 10,
+    final_vote: bool = True,
+    model: str = "solver",
+    prompt: str = SOLVE_PROMPT,
+    aggregate_prompt: str = AGGREGATE_PROMPT,
+) -> Any:
+    """N samples, then T steps of N aggregations over random K-subsets; optionally a final vote.
+
+    Example:
+        >>> from graphs import rsa
+        >>> rsa.build().count_calls()  # the paper's N=16, K=4, T=10
+        {'solver': 176}
+    """
+    pop = sf.sample(prompt, model=model, n=population, name="step0")
+    for step in range(1, steps + 1):
+        pop = sf.aggregate(pop, model=model, k=subset_size, n=population, prompt=aggregate_prompt,
+                           name=f"step{step}")
+    return sf.vote(pop, name="vote") if final_vote else pop
+
+
+def population_by_step(result: sf.RunResult, prefix: str = "step") -> list[list[sf.Trace]]:
+    """The population at each step of a run (``step0``, ``step1``, ...), for accuracy-by-step plots.
+
+    Works for any topology that names its steps ``{prefix}{t}`` (RSA, evolve).
+
+    Example:
+        >>> from scaffold.testing import ScriptedBackend
+        >>> from graphs import rsa
+        >>> run = rsa.build(population=4, subset_size=2, steps=2).run_sync(
+        ...     {"problem": "1+1"}, models={"solver": ScriptedBackend(lambda r: "\\\\boxed{2}")}, store=None)
+        >>> [len(p) for p in population_by_step(run)]
+        [4, 4, 4]
+    """
+    out: list[list[sf.Trace]] = []
+    step = 0
+    while True:
+        traces = result.node(f"{prefix}{step}")
+        if not traces:
+            return out
+        out.append(list(traces))
+        step += 1
