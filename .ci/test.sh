@@ -4,7 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-"$BIN/ruff" check scaffold graphs tests benchmarks examples || exit 1
+"$BIN/ruff" check scaffold graphs trainers tests benchmarks examples || exit 1
 "$BIN/mypy" || exit 1
 bash .ci/postgres.sh || exit 1
 "$BIN/python" -m pytest "$@"

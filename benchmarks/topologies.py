@@ -1,16 +1,18 @@
 """Topologies benchmark: every ready-made topology on the same pocket problems at comparable budgets.
 
 Runs each topology of ``graphs/`` over the same held-out pocket problems (100 by default) on the
-pocket model (in-process transformers backend, temperature 1, seed 0), each sized to about 12–22
-model calls per problem, and prints accuracy, tokens (prompt + completion), model calls and wall
-time per topology. The pocket model only knows its two prompts, so every aggregation-style prompt
-is its aggregation prompt, candidate sets read at most 12 members (its context is 1,024
-characters), best-of-N and weighted majority score with the pocket step verifier (no reference
-answer), and pairwise ranking uses the model itself as judge (the candidate that agrees with its
-aggregation of the pair wins). Single-sample accuracy (pass@1) is the baseline.
+pocket model (in-process transformers backend, temperature 1, at most 96 new tokens, seed 0),
+each sized to about 5–22 model calls per problem, and prints accuracy, tokens (prompt +
+completion), model calls and wall time per topology. The pocket model only knows its two
+prompts, so every aggregation-style prompt is its aggregation prompt and every aggregation reads
+4 candidates (it was trained aggregating 4: with 8 it writes no answer, and 12 do not fit its
+1,024-character context). Best-of-N and weighted majority score with the pocket step verifier
+(no reference answer); pairwise ranking uses the model itself as judge (the candidate that
+agrees with its aggregation of the pair wins). Single-sample accuracy (pass@1) is the baseline.
 
 The last line is one JSON object: ``bench`` ("topologies"), ``problems``, and ``results``, a
-mapping from topology name to ``{"accuracy", "tokens", "calls", "wall_s"}``.
+mapping from topology name to ``{"accuracy", "tokens", "calls", "wall_s", "failed_runs"}`` (a failed
+run, e.g. a prompt past the model's context, counts as wrong).
 
 Usage: python benchmarks/topologies.py [--quick] [--problems N] [--pocket-dir DIR] [--only NAME ...]
 """
@@ -53,11 +55,11 @@ def topologies(task: PocketTask) -> dict[str, sf.Graph]:
         "mixture_of_agents": graphs.mixture_of_agents.build(proposers=("solver",) * 4, layers=4,
                                                             aggregator="solver", prompt=SOLVE_PROMPT,
                                                             moa_prompt=AGGREGATE_PROMPT),
-        "self_moa": graphs.self_moa.build(samples=12, prompt=SOLVE_PROMPT, moa_prompt=AGGREGATE_PROMPT),
-        "agglm": graphs.agglm.build(candidates=12, aggregator="solver", **both),
-        "ssa": graphs.ssa.build(samples=12, aggregator="solver", prompt=SOLVE_PROMPT,
+        "self_moa": graphs.self_moa.build(samples=4, prompt=SOLVE_PROMPT, moa_prompt=AGGREGATE_PROMPT),
+        "agglm": graphs.agglm.build(candidates=4, aggregator="solver", **both),
+        "ssa": graphs.ssa.build(samples=4, aggregator="solver", prompt=SOLVE_PROMPT,
                                 summary_prompt=AGGREGATE_PROMPT),
-        "aggregation_tree": graphs.aggregation_tree.build(leaves=12, branching=4, **both),
+        "aggregation_tree": graphs.aggregation_tree.build(leaves=16, branching=4, **both),
         "pairwise_ranking": graphs.pairwise_ranking.build(
             population=6, generations=2, elites=2, comparisons_per_member=2, judge="solver", prompt=SOLVE_PROMPT,
             compare_prompt=AGGREGATE_PROMPT, refine_prompt=AGGREGATE_PROMPT, verdict=graphs.agreement_verdict),
@@ -75,6 +77,7 @@ async def measure(graph: sf.Graph, rows: list[dict[str, str]], model: sf.Model) 
         "tokens": sum(r.usage.total_tokens for r in results),
         "calls": sum(sum(r.calls_by_model().values()) for r in results),
         "wall_s": round(wall, 2),
+        "failed_runs": sum(not r.ok for r in results),
     }
 
 
@@ -90,16 +93,17 @@ def main() -> None:
     task = pocket_task(path)
     rows = task.problems(args.problems or (20 if args.quick else 100), seed=0, split="test")
     model = sf.Model(sf.TransformersBackend(path, max_batch_size=64), name=f"pocket:{path.name}",
-                     params={"temperature": 1.0})
+                     params={"temperature": 1.0, "max_tokens": 96})
     chosen = {name: g for name, g in topologies(task).items() if not args.only or name in args.only}
     print(f"{len(rows)} held-out pocket problems ({task.name}), temperature 1, seed 0")
-    print(f"{'topology':<20} {'accuracy':>8} {'tokens/problem':>14} {'calls/problem':>13} {'wall s':>7}")
+    print(f"{'topology':<20} {'accuracy':>8} {'tokens/problem':>14} {'calls/problem':>13} {'wall s':>7} failed")
     results: dict[str, dict[str, float]] = {}
     for name, graph in chosen.items():
         figures = asyncio.run(measure(graph, rows, model))
         results[name] = figures
         print(f"{name:<20} {figures['accuracy']:>8.2f} {figures['tokens'] / len(rows):>14,.0f} "
-              f"{figures['calls'] / len(rows):>13.1f} {figures['wall_s']:>7.1f}", flush=True)
+              f"{figures['calls'] / len(rows):>13.1f} {figures['wall_s']:>7.1f} {figures['failed_runs']:>6}",
+              flush=True)
     print(json.dumps({"bench": "topologies", "problems": len(rows), "model": f"pocket:{path.name}",
                       "results": results}))
 

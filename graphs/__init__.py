@@ -37,6 +37,7 @@ from graphs.prompts import (
 )
 from graphs.rsa import population_by_step, rsa
 from graphs.self_consistency import self_consistency
+from graphs.spiral import agglm_data, grpo_group, spiral
 from graphs.tree import aggregation_tree
 
 __all__ = [
@@ -53,6 +54,10 @@ __all__ = [
     "best_of_n",
     "weighted_majority",
     "pairwise_ranking",
+    # training topologies
+    "grpo_group",
+    "spiral",
+    "agglm_data",
     # reading results
     "population_by_step",
     "population_by_generation",

@@ -10,6 +10,7 @@
     │   ├── ModelAliasError              a graph uses an alias the run does not bind (lists the known ones)
     │   └── GraphDefinitionError         anything else malformed (wrong argument types, bad selector...)
     ├── InputError (ValueError)          a run's inputs do not fit the graph (missing variable, bad candidate row)
+    ├── DatasetError (ValueError)        a dataset file or row is malformed (names the file and line)
     ├── RunError (RuntimeError)          failures while a run executes
     │   ├── CallError                    a model call failed under the fail-fast policy (``.trace`` has the record)
     │   ├── QuorumError                  fewer successes than a node's quorum
@@ -68,6 +69,10 @@ class GraphDefinitionError(GraphError):
 
 class InputError(ScaffoldError, ValueError):
     """A run's inputs do not fit the graph."""
+
+
+class DatasetError(ScaffoldError, ValueError):
+    """A dataset file or row is malformed; the message names the file and line."""
 
 
 class RunError(ScaffoldError, RuntimeError):

@@ -8,6 +8,7 @@ recorded seed: the same seed gives the same subsets whatever order calls finish 
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,8 @@ class RandomSubsets:
 
     k: int
     n: int = 1
+    distinct: bool = False
+    """Draw ``n`` *different* subsets (SPIRAL's sets; needs ``n`` ≤ C(size, k)); else each is drawn independently."""
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -83,24 +86,35 @@ class RandomSubsets:
 
     def groups(self, size: int, rng: random.Random) -> Groups:
         # Partial Fisher-Yates: uniform k-subsets, ~3x faster than rng.sample for small k.
-        k, rand, out = self.k, rng.random, []
-        for _ in range(self.n):
+        k, rand = self.k, rng.random
+        out: Groups = []
+        seen: set[frozenset[int]] = set()
+        while len(out) < self.n:
             pool = list(range(size))
             for i in range(k):
                 j = i + int(rand() * (size - i))
                 pool[i], pool[j] = pool[j], pool[i]
-            out.append(tuple(pool[:k]))
+            group = tuple(pool[:k])
+            if self.distinct:  # rejection keeps every set of distinct subsets equally likely
+                key = frozenset(group)
+                if key in seen:
+                    continue
+                seen.add(key)
+            out.append(group)
         return out
 
     def check(self, size: int) -> None:
         if self.k > size:
             raise SubsetSizeError(f"subset size k={self.k} is larger than the set it draws from (n={size})")
+        if self.distinct and self.n > math.comb(size, self.k):
+            raise SubsetSizeError(f"{self.n} distinct subsets of {self.k} cannot be drawn from {size} members "
+                                  f"(there are {math.comb(size, self.k)})")
 
     def count(self, size: int) -> int:
         return self.n
 
     def describe(self) -> str:
-        return f"{self.n} random {self.k}-subsets"
+        return f"{self.n} {'distinct ' if self.distinct else ''}random {self.k}-subsets"
 
 
 @dataclass(frozen=True)

@@ -66,3 +66,23 @@ def test_example_runs_on_an_api_model_over_http(script: Path, tmp_path: Path) ->
         served = len(server.choices_served)
     assert all(accuracy == 1.0 for _, accuracy, _ in rows), rows
     assert served == sum(calls for _, _, calls in rows)  # every model call of the table went over HTTP
+
+
+@pytest.mark.slow
+def test_topologies_benchmark_ends_with_its_json_keys(pocket_quick: tuple[Path, Any]) -> None:
+    """benchmarks/topologies.py on a few problems: one JSON line, every topology with its four figures."""
+    import json
+
+    path, _ = pocket_quick
+    done = subprocess.run([sys.executable, "benchmarks/topologies.py", "--pocket-dir", str(path), "--problems", "2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["bench"] == "topologies" and figures["problems"] == 2
+    import graphs
+
+    assert {"self_consistency", "rsa", "best_of_n", "pairwise_ranking", "aggregation_tree"} <= set(figures["results"])
+    assert len(figures["results"]) >= len([n for n in graphs.__all__ if not n.isupper() and n[0].islower()]) // 2
+    for name, row in figures["results"].items():
+        assert {"accuracy", "tokens", "calls", "wall_s"} <= set(row), name
+        assert 0.0 <= row["accuracy"] <= 1.0 and row["tokens"] > 0 and row["calls"] >= 2 and row["wall_s"] > 0

@@ -27,3 +27,13 @@ def test_readme_rsa_snippet_builds_with_paper_defaults() -> None:
     scope: dict[str, object] = {}
     exec(compile("import scaffold as sf\n" + block, str(README), "exec"), scope)
     assert scope["rsa"].build().count_calls() == {"solver": 176}  # type: ignore[attr-defined]
+
+
+def test_readme_graphs_snippet_prints_what_it_claims() -> None:
+    """The README's graphs/ block runs and prints the call count and per-step population sizes it shows."""
+    block = next(b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if "graphs.rsa.build" in b)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # recorded into the per-test store of conftest
+        exec(compile(block, str(README), "exec"), {})
+    claimed = [line.split("# ", 1)[1].strip() for line in block.splitlines() if line.startswith("print(")]
+    assert out.getvalue().strip().splitlines() == claimed

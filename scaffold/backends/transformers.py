@@ -71,6 +71,29 @@ def _require_torch() -> tuple[Any, Any]:
     return torch, transformers
 
 
+def encode_prompt(tokenizer: Any, request: Request) -> list[int]:
+    """The prompt token ids of ``request`` as :class:`TransformersBackend` feeds them to the model.
+
+    Chat ``messages`` go through the tokenizer's chat template with the generation prompt, and the
+    text is tokenised without adding special tokens again; a raw ``prompt`` is tokenised as is. The
+    trainer rebuilds a recorded trace's prompt with this same function. Raises a non-retryable
+    :class:`~scaffold.errors.BackendError` for an empty prompt or a chat request to a tokenizer
+    without a chat template.
+    """
+    if not request.messages:
+        if request.prompt is None:
+            raise BackendError("the request has neither messages nor a prompt", retryable=False)
+        ids = list(tokenizer(request.prompt)["input_ids"])
+    elif getattr(tokenizer, "chat_template", None) is None:
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise BackendError(f"the tokenizer of {name} has no chat template; send a raw `prompt`", retryable=False)
+    else:
+        messages = [{"role": role, "content": content} for role, content in request.messages]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if not ids:
+        raise BackendError("the prompt is empty", retryable=False)
+    return ids
 
 
 class _Job:
@@ -214,21 +237,8 @@ class TransformersBackend:
         self._executor.shutdown(wait=True)
 
     def _encode(self, request: Request) -> list[int]:
-        tokenizer = self.tokenizer
         with self._tokenizer_lock:
-            if not request.messages:
-                if request.prompt is None:
-                    raise BackendError("the request has neither messages nor a prompt", retryable=False)
-                ids = list(tokenizer(request.prompt)["input_ids"])
-            elif getattr(tokenizer, "chat_template", None) is None:
-                raise BackendError(f"the tokenizer of {self.name} has no chat template; send a raw `prompt`",
-                                   retryable=False)
-            else:
-                messages = [{"role": role, "content": content} for role, content in request.messages]
-                text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-                ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-        if not ids:
-            raise BackendError("the prompt is empty", retryable=False)
+            ids = encode_prompt(self.tokenizer, request)
         if self.max_positions is not None and len(ids) >= self.max_positions:
             raise BackendError(f"the prompt has {len(ids)} tokens; {self.name} reads at most {self.max_positions}",
                                retryable=False)

@@ -7,6 +7,7 @@
     scaffold [--store PATH_OR_URL] runs export --out PATH [--format jsonl|parquet] [filters] [--run RUN ...]
     scaffold pocket build [--rebuild]
     scaffold pocket problems --n 100 --split test --out FILE
+    scaffold [--store PATH_OR_URL] train [--model DIR] [--topology spiral|grpo|agglm] [--data FILE] [--steps N]
 
 Also ``python -m scaffold``. Errors (an unknown run, a store that cannot be opened, a bad
 time) print one line and exit with a non-zero status; a store URL's password is never shown.
@@ -22,6 +23,7 @@ import click
 from scaffold.cli.common import StoreHandle
 from scaffold.cli.pocket import pocket
 from scaffold.cli.runs import runs
+from scaffold.cli.train import train
 
 
 class _Group(click.Group):
@@ -56,6 +58,7 @@ def main(ctx: click.Context, target: str | None) -> None:
       scaffold --store postgresql://me@db/scaffold runs export --out calls.parquet --graph rsa
       python -m scaffold runs list --json
       scaffold pocket build
+      scaffold train --topology spiral --steps 30
     """
     from scaffold.store.default import ENV_VAR, default_target
 
@@ -70,5 +73,6 @@ def main(ctx: click.Context, target: str | None) -> None:
 
 main.add_command(runs)
 main.add_command(pocket)
+main.add_command(train)
 
 __all__ = ["main"]

@@ -1,0 +1,72 @@
+"""Training on recorded traces: reward → credit → batch → update, as small functions and one loop.
+
+Credit assignment (:mod:`trainers.credit`) and rewards (:mod:`trainers.rewards`) are pure Python
+and import no torch.
+"""
+
+from trainers.batch import collate, prompt_ids
+from trainers.credit import (
+    SCHEMES,
+    Scheme,
+    SetInfo,
+    agglm_select,
+    assign_credit,
+    group_advantages,
+    grpo,
+    is_hard,
+    register_scheme,
+    rloo,
+    role_of,
+    set_advantages,
+    spiral,
+    spiral_set_advantages,
+    trainable,
+)
+from trainers.loop import LoopConfig, batches, credit_runs, train_offline, train_online
+from trainers.loss import policy_loss, token_logprobs
+from trainers.policy import LoraSettings, Policy, PolicyConfig
+from trainers.rewards import RewardFn, math_reward, rewards_from
+from trainers.types import ROLES, Credited, StepMetrics, TrainBatch
+
+__all__ = [
+    # records
+    "Credited",
+    "ROLES",
+    "TrainBatch",
+    "StepMetrics",
+    # rewards
+    "math_reward",
+    "rewards_from",
+    "RewardFn",
+    # credit assignment
+    "assign_credit",
+    "SCHEMES",
+    "Scheme",
+    "register_scheme",
+    "grpo",
+    "rloo",
+    "spiral",
+    "group_advantages",
+    "set_advantages",
+    "spiral_set_advantages",
+    "trainable",
+    "role_of",
+    # AggLM data mix
+    "agglm_select",
+    "is_hard",
+    "SetInfo",
+    # the update
+    "Policy",
+    "PolicyConfig",
+    "LoraSettings",
+    "collate",
+    "prompt_ids",
+    "token_logprobs",
+    "policy_loss",
+    # the loops
+    "LoopConfig",
+    "train_online",
+    "train_offline",
+    "credit_runs",
+    "batches",
+]

@@ -1,0 +1,306 @@
+"""The training loops: online (roll out with the current policy, reward, credit, update, repeat) and offline.
+
+One step of :func:`train_online` reads top to bottom:
+
+1. take the next ``problems_per_step`` training rows (a seeded shuffle, epoch after epoch);
+2. roll out the graph on them with the current policy as every model alias (recorded in the store);
+3. reward every model trace against the row's answer (math-verify by default) and record the rewards;
+4. assign credit (``scheme``: ``"spiral"``, ``"grpo"``, ``"rloo"``), keep the trained roles and, for
+   the AggLM recipe, only the aggregations of hard sets and a share of easy ones;
+5. update the policy (one optimiser step, gradient accumulation inside);
+6. refresh the rollout engine when it does not share the policy's weights;
+7. log the step (console and JSONL) and checkpoint.
+
+:func:`train_offline` runs steps 3–5 over runs already in a store, selected by graph, dataset,
+model and time, with the rewards recorded there or computed from given answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import scaffold as sf
+from scaffold.store.default import DEFAULT, resolve_store
+from trainers.credit import agglm_select, assign_credit
+from trainers.rewards import math_reward, rewards_from
+from trainers.types import ROLES, Credited, StepMetrics
+
+Reward = Callable[[sf.Trace, str], float]
+"""``reward(trace, reference_answer) -> float``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopConfig:
+    """How a training loop samples, credits and logs (the optimiser's settings live in the policy's config).
+
+    Example:
+        >>> LoopConfig(steps=10, scheme="grpo").problems_per_step
+        8
+    """
+
+    steps: int = 20
+    problems_per_step: int = 8
+    scheme: str = "spiral"
+    """Credit assignment scheme (see :data:`trainers.credit.SCHEMES`)."""
+    roles: tuple[str, ...] = ROLES
+    """Which roles are trained: ``("aggregate",)`` trains the aggregator only."""
+    easy_fraction: float | None = None
+    """AggLM selection: train the aggregations of every hard set and this share of easy ones (``None``: all)."""
+    sampling: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 1.0})
+    """Sampling parameters of every rollout call."""
+    seed: int = 0
+    concurrency: int = 32
+    """Problems rolled out at once."""
+    log_path: str | None = None
+    """A JSONL file that gets one line of :class:`StepMetrics` per step."""
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    """Save the policy every this many steps (0: only at the end, when ``checkpoint_dir`` is set)."""
+    dataset: str = "train"
+    """The dataset name rollouts are recorded under."""
+    token_budget: int | None = None
+    """Stop once the rollouts have sampled this many completion tokens (methods compared at equal budget)."""
+
+
+def batches(rows: Sequence[Mapping[str, Any]], size: int, seed: int) -> Iterator[list[Mapping[str, Any]]]:
+    """Endless batches of ``size`` rows: a seeded shuffle, then the next shuffle when it runs out.
+
+    Example:
+        >>> it = batches([{"i": i} for i in range(3)], 2, seed=0)
+        >>> [len(next(it)) for _ in range(3)]
+        [2, 2, 2]
+    """
+    if not rows:
+        raise ValueError("no training rows")
+    rng, order = random.Random(seed), list(range(len(rows)))
+    position = len(order)
+    while True:
+        batch: list[Mapping[str, Any]] = []
+        while len(batch) < size:
+            if position == len(order):
+                rng.shuffle(order)
+                position = 0
+            batch.append(rows[order[position]])
+            position += 1
+        yield batch
+
+
+def credit_runs(
+    runs: Sequence[tuple[Sequence[sf.Trace], str]],
+    config: LoopConfig,
+    reward: Reward = math_reward,
+    *,
+    rng: random.Random | None = None,
+) -> tuple[list[Credited], dict[str, float]]:
+    """Steps 3–4 over ``(traces, reference answer)`` pairs: rewards, credit, role and AggLM selection.
+
+    Returns the credited traces to train on and reward statistics of the rollouts.
+    """
+    items: list[Credited] = []
+    rewards_seen: list[float] = []
+    for traces, answer in runs:
+        rewards = rewards_from(traces, answer, reward)
+        rewards_seen.extend(rewards.values())
+        credited = [c for c in assign_credit(traces, rewards, scheme=config.scheme) if c.role in config.roles]
+        if config.easy_fraction is not None:
+            credited = _agglm_filter(traces, answer, credited, config.easy_fraction, rng or random.Random(0))
+        items.extend(credited)
+    mean = sum(rewards_seen) / len(rewards_seen) if rewards_seen else 0.0
+    return items, {"reward_mean": mean, "rollout_traces": float(len(rewards_seen))}
+
+
+def _agglm_filter(traces: Sequence[sf.Trace], answer: str, credited: list[Credited], easy_fraction: float,
+                  rng: random.Random) -> list[Credited]:
+    """Keep credited aggregations whose set was chosen by :func:`agglm_select`; other roles pass."""
+    by_id = {t.id: t for t in traces}
+    sets: list[tuple[str, ...]] = []
+    for item in credited:
+        key = tuple(sorted(item.trace.inputs))
+        if item.role == "aggregate" and key not in sets:
+            sets.append(key)
+    answers = [[by_id[i].answer for i in key if i in by_id] for key in sets]
+    keep = {sets[i] for i in agglm_select(answers, answer, easy_fraction=easy_fraction, rng=rng)}
+    return [c for c in credited if c.role != "aggregate" or tuple(sorted(c.trace.inputs)) in keep]
+
+
+def train_online(
+    policy: Any,
+    graph: sf.Graph,
+    rows: Sequence[Mapping[str, Any]],
+    config: LoopConfig | None = None,
+    *,
+    reward: Reward = math_reward,
+    engine: Any = None,
+    store: Any = DEFAULT,
+    progress: bool = True,
+    on_step: Callable[[StepMetrics], None] | None = None,
+) -> list[StepMetrics]:
+    """Train ``policy`` on its own rollouts of ``graph`` over ``rows`` (dicts with ``problem`` and ``answer``).
+
+    ``engine`` is the rollout backend (default: ``policy.backend()``, which shares the live
+    weights; a separate engine such as :class:`~scaffold.VLLMBackend` is refreshed after every
+    update). Every rollout is recorded in ``store`` with its rewards. Returns the step metrics.
+
+    Example:
+        >>> from trainers import Policy, train_online  # doctest: +SKIP
+        >>> policy = Policy("path/to/pocket")  # doctest: +SKIP
+        >>> train_online(policy, graphs.spiral.build(), rows, LoopConfig(steps=20))  # doctest: +SKIP
+    """
+    config = config or LoopConfig()
+    engine = engine if engine is not None else policy.backend()
+    shared = getattr(engine, "model", None) is getattr(policy, "model", object())
+    model = sf.Model(engine, params=dict(config.sampling))
+    models = {alias: model for alias in graph.aliases}
+    recorder = resolve_store(store)
+    log = Path(config.log_path) if config.log_path else None
+    rng = random.Random(config.seed)
+    feed = batches(rows, config.problems_per_step, config.seed)
+    start = getattr(policy, "steps_done", 0)
+    for _ in range(start):  # a resumed run continues with the batches it had not seen
+        next(feed)
+    history: list[StepMetrics] = []
+    sampled = 0
+    bar = _progress(progress, config.steps, start)
+    for step in range(start, config.steps):
+        if config.token_budget is not None and sampled >= config.token_budget:
+            break
+        # 1) problems; 2) rollouts with the current policy
+        batch = next(feed)
+        started = time.perf_counter()
+        results = asyncio.run(_rollouts(graph, batch, models, config, step, store))
+        rollout_s = time.perf_counter() - started
+        sampled += sum(r.usage.completion_tokens for r in results)
+        # 3) rewards, recorded; 4) credit
+        runs = [(r.traces, str(batch[r.index or 0]["answer"])) for r in results]
+        items, stats = credit_runs(runs, config, reward, rng=rng)
+        if recorder is not None:
+            for result, (_, answer) in zip(results, runs):
+                for trace_id, value in rewards_from(result.traces, answer, reward).items():
+                    recorder.add_reward(value, run_id=result.run_id, call_id=trace_id, source="trainer")
+        # 5) update
+        metrics = policy.step(items)
+        # 6) refresh a separate rollout engine
+        if not shared:
+            policy.refresh(engine)
+        # 7) log, checkpoint
+        accuracy = sum(sf.equivalent(r.answer, a) for r, (_, a) in zip(results, runs)) / max(len(results), 1)
+        metrics = _with(metrics, reward_mean=stats["reward_mean"], accuracy=accuracy,
+                        extra={**dict(metrics.extra), "rollout_s": round(rollout_s, 3), "sampled_tokens": sampled,
+                               "trained_traces": len(items), "rollout_traces": stats["rollout_traces"]})
+        history.append(metrics)
+        _log(log, metrics)
+        if on_step is not None:
+            on_step(metrics)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics.reward_mean:.3f}", acc=f"{accuracy:.2f}", loss=f"{metrics.loss:.4f}")
+        if config.checkpoint_dir and config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
+            policy.save(config.checkpoint_dir)
+    if bar is not None:
+        bar.close()
+    if config.checkpoint_dir:
+        policy.save(config.checkpoint_dir)
+    return history
+
+
+async def _rollouts(graph: sf.Graph, batch: list[Mapping[str, Any]], models: Mapping[str, Any], config: LoopConfig,
+                    step: int, store: Any) -> list[sf.RunResult]:
+    inputs = [{"problem": row["problem"]} for row in batch]
+    out = [r async for r in graph.map(inputs, models=models, concurrency=config.concurrency,
+                                      seed=config.seed * 1_000_003 + step, store=store, dataset=config.dataset)]
+    return sorted(out, key=lambda r: r.index or 0)
+
+
+def train_offline(
+    policy: Any,
+    store: Any,
+    config: LoopConfig | None = None,
+    *,
+    answers: Mapping[str, str] | None = None,
+    reward: Reward = math_reward,
+    graph: str | None = None,
+    dataset: str | None = None,
+    model: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    progress: bool = True,
+) -> list[StepMetrics]:
+    """Train ``policy`` on runs already recorded in ``store`` (a :class:`~scaffold.Store` or a URL).
+
+    Runs are selected by ``graph``, ``dataset``, ``model`` and time; each run's reference answer is
+    ``answers[run.inputs["problem"]]``, or, without ``answers``, rewards recorded in the store
+    (``store.add_reward``) are used as they are. ``config.steps`` optimiser steps are taken over
+    batches of ``problems_per_step`` runs. Traces must carry token ids and logprobs (record them
+    with ``logprobs=True`` on the nodes to train).
+    """
+    config = config or LoopConfig()
+    opened = store if isinstance(store, sf.Store) else sf.Store(store)
+    infos = opened.runs(graph=graph, dataset=dataset, model=model, since=since, until=until, status="ok",
+                        newest_first=False)
+    if not infos:
+        raise ValueError("no recorded runs match the filters")
+    log = Path(config.log_path) if config.log_path else None
+    feed = batches(infos, config.problems_per_step, config.seed)  # type: ignore[arg-type]
+    rng = random.Random(config.seed)
+    history: list[StepMetrics] = []
+    bar = _progress(progress, config.steps, 0)
+    for _ in range(config.steps):
+        items: list[Credited] = []
+        rewarded: list[float] = []
+        for info in next(feed):
+            traces = opened.traces(info.id)  # type: ignore[attr-defined]
+            if answers is not None:
+                problem = str(info.inputs.get("problem", ""))  # type: ignore[attr-defined]
+                if problem not in answers:
+                    raise KeyError(f"run {info.id} has no reference answer for its problem")  # type: ignore
+                credited, stats = credit_runs([(traces, answers[problem])], config, reward, rng=rng)
+                rewarded.append(stats["reward_mean"])
+            else:
+                recorded = {r["call_id"]: float(r["value"]) for r in opened.rewards(info.id)  # type: ignore
+                            if r["call_id"] is not None}
+                credited = [c for c in assign_credit(traces, recorded, scheme=config.scheme)
+                            if c.role in config.roles]
+                rewarded.extend(recorded.values())
+            items.extend(credited)
+        metrics = policy.step(items)
+        metrics = _with(metrics, reward_mean=sum(rewarded) / len(rewarded) if rewarded else None)
+        history.append(metrics)
+        _log(log, metrics)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    if config.checkpoint_dir:
+        policy.save(config.checkpoint_dir)
+    if opened is not store:
+        opened.close()
+    return history
+
+
+def _with(metrics: StepMetrics, **changes: Any) -> StepMetrics:
+    values = asdict(metrics)
+    values.update(changes)
+    return StepMetrics(**values)
+
+
+def _log(path: Path | None, metrics: StepMetrics) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write(json.dumps(asdict(metrics), default=float) + "\n")
+
+
+def _progress(enabled: bool, total: int, start: int) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=start, unit="step", desc="training")
