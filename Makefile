@@ -30,3 +30,4 @@ bench: install
 	$(BIN)/python benchmarks/backends.py
 	$(BIN)/python benchmarks/store.py
 	$(BIN)/python benchmarks/pocket.py
+	$(BIN)/python benchmarks/trainer.py

@@ -18,10 +18,13 @@ before/after per method (``--plot``) and a JSONL log per method, and ends with o
 ``{"bench": "train_spiral", "results": {method: {"before": {...}, "after": {...}, "sampled_tokens": n}}}``.
 
 ``--quick`` runs a reduced version (fewer held-out problems, a smaller budget) in under 10 minutes
-on 2 cores.
+on 2 cores. On a GPU, ``--device cuda --engine vllm`` trains on the GPU and rolls out with an
+in-process vLLM engine refreshed with the new weights after every update
+(``examples/gpu/train_spiral_gpu.sh`` is the prepared run).
 
 Usage: python examples/train_spiral.py [--quick] [--budget TOKENS] [--eval-problems N] [--lr LR]
        [--pocket-dir DIR] [--out DIR] [--methods grpo aggregator_only spiral]
+       [--device cpu|cuda] [--engine transformers|vllm]
 """
 
 from __future__ import annotations
@@ -112,6 +115,9 @@ def main() -> None:
     parser.add_argument("--pocket-dir", type=Path, help="a pocket model directory instead of the cached default")
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--out", type=Path, default=Path("out/train_spiral"))
+    parser.add_argument("--device", default="cpu", help="where the policy trains (cuda on a GPU)")
+    parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers",
+                        help="rollouts: the policy's live weights in transformers, or a refreshed vLLM engine")
     args = parser.parse_args()
 
     budget = args.budget or (100_000 if args.quick else 400_000)
@@ -123,15 +129,19 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
     started = time.perf_counter()
-    start_policy = Policy(base, PolicyConfig(lr=args.lr, seed=args.seed))
+    start_policy = Policy(base, PolicyConfig(lr=args.lr, seed=args.seed, device=args.device))
     before = evaluate(start_policy.model, start_policy.tokenizer, held_out, args.seed)
     print("before: " + "  ".join(f"{k} {v:.3f}" for k, v in before.items()), flush=True)
     results: dict[str, Any] = {}
+    engine: Any = None
     for name in args.methods:
         graph, config = method(name, budget, args.problems_per_step, args.seed, args.out / f"{name}.jsonl")
         (args.out / f"{name}.jsonl").unlink(missing_ok=True)
-        policy = Policy(base, PolicyConfig(lr=args.lr, seed=args.seed))
-        history = train_online(policy, graph, train_rows, config, store=None, progress=False)
+        policy = Policy(base, PolicyConfig(lr=args.lr, seed=args.seed, device=args.device))
+        if args.engine == "vllm":
+            engine = engine or sf.VLLMBackend(base, max_model_len=1024)  # one engine per process
+            policy.refresh(engine)  # back to the starting weights for this method
+        history = train_online(policy, graph, train_rows, config, store=None, progress=False, engine=engine)
         sampled = int(history[-1].extra["sampled_tokens"]) if history else 0
         after = evaluate(policy.model, policy.tokenizer, held_out, args.seed)
         results[name] = {"before": before, "after": after, "sampled_tokens": sampled, "steps": len(history)}

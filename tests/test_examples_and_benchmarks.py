@@ -89,3 +89,16 @@ def test_store_benchmark_ends_with_its_json_keys() -> None:
     assert isinstance(figures["meets_target"], bool)
     assert figures["postgres_error"] is None
     assert figures["rows_written"] >= figures["calls_recorded"] > 0
+
+
+@pytest.mark.slow
+def test_trainer_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/trainer.py --quick (ours and TRL's GRPOTrainer on the quick pocket model) prints one JSON line."""
+    pytest.importorskip("trl")
+    out = run("benchmarks/trainer.py", "--quick")
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["bench"] == "trainer"
+    for key in ("tokens_per_s", "trl_tokens_per_s", "trl_step_tokens_per_s", "ratio", "advantage_ms_256x24"):
+        value = figures[key]
+        assert isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0, (key, figures)
+    assert figures["sequences"] == 64

@@ -160,3 +160,23 @@ def test_scaffold_train_cli_trains_logs_and_exports(pocket_quick: tuple[Path, An
     failed = subprocess.run([sys.executable, "-m", "scaffold", "train", "--model", str(path), "--data", str(bad),
                              "--out", str(tmp_path / "o2")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert failed.returncode != 0 and "bad.jsonl:2" in failed.stderr and "answer" in failed.stderr
+
+
+@pytest.mark.slow
+def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[Path, Any], tmp_path: Path) -> None:
+    """examples/train_spiral.py on the quick model with a tiny budget: every method, before/after, one JSON line."""
+    path, _ = pocket_quick
+    done = subprocess.run(
+        [sys.executable, "examples/train_spiral.py", "--pocket-dir", str(path), "--budget", "2500",
+         "--eval-problems", "8", "--problems-per-step", "2", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["bench"] == "train_spiral"
+    assert set(figures["results"]) == {"grpo", "aggregator_only", "spiral"}
+    for name, row in figures["results"].items():
+        assert set(row["before"]) == set(row["after"]) == {"pass1", "maj4", "agg4", "rsa"}, name
+        assert all(0.0 <= v <= 1.0 for v in [*row["before"].values(), *row["after"].values()])
+        assert row["sampled_tokens"] >= 2500 and row["steps"] >= 1
+        assert len((tmp_path / f"{name}.jsonl").read_text().splitlines()) == row["steps"]
+    assert (tmp_path / "train_spiral.png").read_bytes()[:4] == b"\x89PNG"

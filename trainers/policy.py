@@ -77,6 +77,8 @@ class PolicyConfig:
     """Cap on prompt + completion tokens per sequence (see :func:`trainers.batch.collate`)."""
     seed: int = 0
     """Seeds torch's global generator at construction (LoRA initialisation, dropout)."""
+    device: str = "cpu"
+    """Where the policy (and its reference) live and train: ``"cpu"``, ``"cuda"``, ``"cuda:1"``..."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,13 +139,14 @@ class Policy:
                 model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha,
                                                          lora_dropout=lora.dropout,
                                                          target_modules=list(lora.target_modules)))
-        self.model: Any = model.train()
+        self.model: Any = model.to(self.config.device).train()
         self.tokenizer: Any = AutoTokenizer.from_pretrained(weights)
         self.pad_id: int = next(i for i in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0)
                                 if i is not None)
         self.reference: Any = None
         if self.config.kl_coef > 0:
-            self.reference = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+            self.reference = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+            self.reference = self.reference.to(self.config.device).eval()
             self.reference.requires_grad_(False)
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
                                            lr=self.config.lr, betas=self.config.betas,
@@ -166,6 +169,8 @@ class Policy:
         # 1) tensors: prompt + recorded completion, sampling logprobs, advantages
         batch = collate(items, self.tokenizer, pad_id=self.pad_id, max_length=config.max_length,
                         model=self.model if fill_logprobs else None)
+        if config.device != "cpu":
+            batch = _on_device(batch, config.device)
         total_tokens, total_rows = batch.tokens, len(items)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -234,7 +239,7 @@ class Policy:
         path = Path(directory)
         state = json.loads((path / CHECKPOINT_FILE).read_text())
         policy = cls(state["model_dir"], PolicyConfig.from_json(state["config"]), _weights=path / "weights")
-        policy.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        policy.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu"))
         policy.steps_done = state["steps_done"]
         torch.set_rng_state(torch.load(path / "rng.pt", weights_only=True)["torch"])
         random.setstate(_tuples(state["python_rng"]))
@@ -308,6 +313,13 @@ class Policy:
             plain.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         return path
+
+
+def _on_device(batch: TrainBatch, device: str) -> TrainBatch:
+    return TrainBatch(input_ids_BT=batch.input_ids_BT.to(device), attention_mask_BT=batch.attention_mask_BT.to(device),
+                      completion_mask_BT=batch.completion_mask_BT.to(device),
+                      old_logprobs_BT=batch.old_logprobs_BT.to(device), advantages_B=batch.advantages_B.to(device),
+                      roles=batch.roles)
 
 
 def _select(batch: TrainBatch, rows: list[int]) -> TrainBatch:
