@@ -116,19 +116,7 @@ def best_of_n(
         {'solver': 4}
     """
     samples = sf.sample(prompt, model=model, n=n, name="samples")
-    if verifier is not None:
-        check = verifier
-
-        def pick_verified(members: list[sf.Trace], *, inputs: Mapping[str, Any]) -> sf.RuleOutput:
-            return _best(members, _verified(check, members, inputs))
-
-        return sf.rule(samples, pick_verified, inputs=True, name="best")
-    judgements = sf.aggregate(samples, model=judge, select="each", prompt=judge_prompt, name="judgements")
-
-    def pick_best(members: list[sf.Trace], judged: list[sf.Trace]) -> sf.RuleOutput:
-        return _best(members, judged_scores(members, judged, score_parser))
-
-    return sf.rule(samples, pick_best, using=judgements, name="best")
+    return _scored_rule(samples, _best, "best", judge, judge_prompt, verifier, score_parser)
 
 
 @sf.graph(name="weighted_majority")
@@ -155,16 +143,23 @@ def weighted_majority(
         {'solver': 8, 'judge': 8}
     """
     samples = sf.sample(prompt, model=model, n=n, name="samples")
+    return _scored_rule(samples, _weighted, "vote", judge, judge_prompt, verifier, score_parser)
+
+
+def _scored_rule(samples: sf.Node, combine: Callable[[Sequence[sf.Trace], Sequence[float | None]], sf.RuleOutput],
+                 name: str, judge: str, judge_prompt: str, verifier: Verifier | None,
+                 score_parser: ScoreParser) -> sf.Node:
+    """Score the samples (with the verifier, or one judge call each) and ``combine`` samples and scores."""
     if verifier is not None:
         check = verifier
 
-        def weigh_verified(members: list[sf.Trace], *, inputs: Mapping[str, Any]) -> sf.RuleOutput:
-            return _weighted(members, _verified(check, members, inputs))
+        def from_verifier(members: list[sf.Trace], *, inputs: Mapping[str, Any]) -> sf.RuleOutput:
+            return combine(members, _verified(check, members, inputs))
 
-        return sf.rule(samples, weigh_verified, inputs=True, name="vote")
+        return sf.rule(samples, from_verifier, inputs=True, name=name)
     judgements = sf.aggregate(samples, model=judge, select="each", prompt=judge_prompt, name="judgements")
 
-    def weigh(members: list[sf.Trace], judged: list[sf.Trace]) -> sf.RuleOutput:
-        return _weighted(members, judged_scores(members, judged, score_parser))
+    def from_judge(members: list[sf.Trace], judged: list[sf.Trace]) -> sf.RuleOutput:
+        return combine(members, judged_scores(members, judged, score_parser))
 
-    return sf.rule(samples, weigh, using=judgements, name="vote")
+    return sf.rule(samples, from_judge, using=judgements, name=name)

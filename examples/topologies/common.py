@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `graphs` imports as a package
 
 import scaffold as sf  # noqa: E402
+from scaffold.data import load_problems  # noqa: E402
 
 
 def parser(description: str | None) -> argparse.ArgumentParser:
@@ -73,28 +73,13 @@ def setup(args: argparse.Namespace) -> Setup:
         model = sf.Model(sf.LiteLLMBackend(args.model, **extra), params=params, max_in_flight=32)
     pocket = (args.prompts or ("generic" if args.model else "pocket")) == "pocket"
     if args.data is not None:
-        rows = load_rows(args.data)[: args.problems]
+        rows = load_problems(args.data, limit=args.problems)
     else:
         task = pocket_task(path) if path is not None else PocketTask()
         rows = task.problems(args.problems, seed=args.seed, split="test")
     prompts = {"prompt": SOLVE_PROMPT, "aggregate_prompt": AGGREGATE_PROMPT} if pocket else {}
     return Setup(model=model, rows=rows, pocket=pocket, prompts=prompts, seed=args.seed,
                  concurrency=args.concurrency)
-
-
-def load_rows(path: Path) -> list[dict[str, str]]:
-    """Problems from a JSONL file; a row without ``problem`` or ``answer`` is an error naming its line."""
-    rows = []
-    with path.open() as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                rows.append({"problem": str(row["problem"]), "answer": str(row["answer"])})
-            except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise SystemExit(f"{path}:{number}: not a problem row ({error!r})") from None
-    return rows
 
 
 def evaluate(name: str, graph: sf.Graph, run: Setup) -> list[sf.RunResult]:
@@ -117,9 +102,20 @@ def evaluate(name: str, graph: sf.Graph, run: Setup) -> list[sf.RunResult]:
     return results
 
 
+def print_steps(results: list[sf.RunResult], run: Setup, label: str = "step") -> None:
+    """The mean accuracy of the population at each step (``step0``, ``step1``... nodes), over all problems."""
+    import graphs
+
+    by_step = [graphs.population_by_step(r) for r in results]
+    for step in range(min(len(pops) for pops in by_step)):
+        mean = sum(accuracy(pops[step], run.rows[r.index or 0]["answer"])
+                   for pops, r in zip(by_step, results)) / len(results)
+        print(f"{label} {step}: mean accuracy of the population {mean:.2f}")
+
+
 def accuracy(traces: list[sf.Trace], answer: str) -> float:
     """Share of traces whose answer is equivalent to ``answer``."""
     return sum(sf.equivalent(t.answer, answer) for t in traces) / len(traces) if traces else 0.0
 
 
-__all__ = ["Setup", "accuracy", "evaluate", "load_rows", "parser", "setup", "Any"]
+__all__ = ["Setup", "accuracy", "evaluate", "parser", "print_steps", "setup", "Any"]

@@ -26,11 +26,7 @@ def main() -> None:
     graph = graphs.evolve.build(population=args.population, generations=args.generations, parents=args.parents,
                                 **prompts)
     results = common.evaluate("evolve", graph, run)
-    by_step = [graphs.population_by_step(r) for r in results]
-    for step in range(args.generations + 1):
-        mean = sum(common.accuracy(pops[step], run.rows[r.index or 0]["answer"])
-                   for pops, r in zip(by_step, results)) / len(results)
-        print(f"generation {step}: mean accuracy of the population {mean:.2f}")
+    common.print_steps(results, run, "generation")
 
 
 if __name__ == "__main__":

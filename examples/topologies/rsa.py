@@ -22,11 +22,7 @@ def main() -> None:
     graph = graphs.rsa.build(population=args.population, subset_size=args.subset_size, steps=args.steps,
                              **run.prompts)
     results = common.evaluate("rsa", graph, run)
-    by_step = [graphs.population_by_step(r) for r in results]
-    for step in range(args.steps + 1):
-        mean = sum(common.accuracy(pops[step], run.rows[r.index or 0]["answer"])
-                   for pops, r in zip(by_step, results)) / len(results)
-        print(f"step {step}: mean accuracy of the population {mean:.2f}")
+    common.print_steps(results, run, "step")
 
 
 if __name__ == "__main__":
