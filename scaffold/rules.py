@@ -190,6 +190,18 @@ def _best(traces: list[Trace], scores: list[Any]) -> RuleOutput:
     return RuleOutput(chosen.text, chosen.answer, {"scores": values, "winner": chosen.id})
 
 
+def _chosen_from(items: SetLike, k: int, what: str) -> Node:
+    """The set ``top_k``/``select`` keep ``k`` members of, checked: k a positive integer, the set not smaller."""
+    node = as_set(items, what=what)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise SubsetSizeError(f"sf.{what}(): k must be an integer of at least 1, got {k!r}")
+    if node.size == 0:
+        raise EmptySetError(f"sf.{what}() over an empty set")
+    if node.size is not None and k > node.size:
+        raise SubsetSizeError(f"sf.{what}(): k={k} is larger than the set (n={node.size})")
+    return node
+
+
 def top_k(items: SetLike, k: int, score: Callable[[Trace], float], *, name: str | None = None) -> Node:
     """The ``k`` members with the highest ``score`` (ties keep set order); the traces pass through unchanged.
 
@@ -201,14 +213,8 @@ def top_k(items: SetLike, k: int, score: Callable[[Trace], float], *, name: str 
         >>> [t.text for t in g.run_sync({}, models={}).output]
         ['ccc', 'bb']
     """
-    node = as_set(items, what="top_k")
+    node = _chosen_from(items, k, "top_k")
     builder = current_builder("top_k")
-    if not isinstance(k, int) or k < 1:
-        raise SubsetSizeError(f"sf.top_k(): k must be an integer of at least 1, got {k!r}")
-    if node.size == 0:
-        raise EmptySetError("sf.top_k() over an empty set")
-    if node.size is not None and k > node.size:
-        raise SubsetSizeError(f"sf.top_k(): k={k} is larger than the set (n={node.size})")
     if not callable(score):
         raise GraphDefinitionError("sf.top_k() needs a score function trace -> float")
     return builder.add(SelectNode(name=builder.unique_name(name or "top_k"), size=k, items=node, k=k, score=score))
@@ -289,15 +295,9 @@ def select(
         >>> [t.text for t in g.run_sync({}, models={}).output]
         ['a', 'bb']
     """
-    node = as_set(items, what="select")
+    node = _chosen_from(items, k, "select")
     extra = _using_sets(using, "select")
     builder = current_builder("select")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise SubsetSizeError(f"sf.select(): k must be an integer of at least 1, got {k!r}")
-    if node.size == 0:
-        raise EmptySetError("sf.select() over an empty set")
-    if node.size is not None and k > node.size:
-        raise SubsetSizeError(f"sf.select(): k={k} is larger than the set (n={node.size})")
     if not callable(choose):
         raise GraphDefinitionError("sf.select() needs a function (members, *using) -> chosen members")
     return builder.add(SelectNode(name=builder.unique_name(name or "select"), size=k, items=node, k=k,
