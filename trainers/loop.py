@@ -93,27 +93,29 @@ def batches(rows: Sequence[Mapping[str, Any]], size: int, seed: int) -> Iterator
 
 
 def credit_runs(
-    runs: Sequence[tuple[Sequence[sf.Trace], str]],
+    runs: Sequence[tuple[Sequence[sf.Trace], Mapping[str, float], str | None]],
     config: LoopConfig,
-    reward: Reward = math_reward,
     *,
     rng: random.Random | None = None,
-) -> tuple[list[Credited], dict[str, float]]:
-    """Steps 3–4 over ``(traces, reference answer)`` pairs: rewards, credit, role and AggLM selection.
+) -> list[Credited]:
+    """Step 4 over ``(traces, rewards, reference answer)`` per run: credit, the trained roles, AggLM selection.
 
-    Returns the credited traces to train on and reward statistics of the rollouts.
+    The reference answer is only read by the AggLM selection (``config.easy_fraction``), which
+    needs it to tell hard sets from easy ones.
     """
     items: list[Credited] = []
-    rewards_seen: list[float] = []
-    for traces, answer in runs:
-        rewards = rewards_from(traces, answer, reward)
-        rewards_seen.extend(rewards.values())
+    for traces, rewards, answer in runs:
         credited = [c for c in assign_credit(traces, rewards, scheme=config.scheme) if c.role in config.roles]
         if config.easy_fraction is not None:
+            if answer is None:
+                raise ValueError("the AggLM selection (easy_fraction) needs each run's reference answer")
             credited = _agglm_filter(traces, answer, credited, config.easy_fraction, rng or random.Random(0))
         items.extend(credited)
-    mean = sum(rewards_seen) / len(rewards_seen) if rewards_seen else 0.0
-    return items, {"reward_mean": mean, "rollout_traces": float(len(rewards_seen))}
+    return items
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _agglm_filter(traces: Sequence[sf.Trace], answer: str, credited: list[Credited], easy_fraction: float,
@@ -178,22 +180,25 @@ def train_online(
         rollout_s = time.perf_counter() - started
         sampled += sum(r.usage.completion_tokens for r in results)
         # 3) rewards, recorded; 4) credit
-        runs = [(r.traces, str(batch[r.index or 0]["answer"])) for r in results]
-        items, stats = credit_runs(runs, config, reward, rng=rng)
+        answers = [str(batch[r.index or 0]["answer"]) for r in results]
+        rewards = [rewards_from(r.traces, answer, reward) for r, answer in zip(results, answers)]
         if recorder is not None:
-            for result, (_, answer) in zip(results, runs):
-                for trace_id, value in rewards_from(result.traces, answer, reward).items():
+            for result, given in zip(results, rewards):
+                for trace_id, value in given.items():
                     recorder.add_reward(value, run_id=result.run_id, call_id=trace_id, source="trainer")
+        items = credit_runs([(r.traces, given, answer) for r, given, answer in zip(results, rewards, answers)],
+                            config, rng=rng)
+        rewards_seen = [value for given in rewards for value in given.values()]
         # 5) update
         metrics = policy.step(items)
         # 6) refresh a separate rollout engine
         if not shared:
             policy.refresh(engine)
         # 7) log, checkpoint
-        accuracy = sum(sf.equivalent(r.answer, a) for r, (_, a) in zip(results, runs)) / max(len(results), 1)
-        metrics = _with(metrics, reward_mean=stats["reward_mean"], accuracy=accuracy,
+        accuracy = sum(sf.equivalent(r.answer, a) for r, a in zip(results, answers)) / max(len(results), 1)
+        metrics = _with(metrics, reward_mean=_mean(rewards_seen) or 0.0, accuracy=accuracy,
                         extra={**dict(metrics.extra), "rollout_s": round(rollout_s, 3), "sampled_tokens": sampled,
-                               "trained_traces": len(items), "rollout_traces": stats["rollout_traces"]})
+                               "trained_traces": len(items), "rollout_traces": len(rewards_seen)})
         history.append(metrics)
         _log(log, metrics)
         if on_step is not None:
@@ -252,25 +257,22 @@ def train_offline(
     history: list[StepMetrics] = []
     bar = _progress(progress, config.steps, 0)
     for _ in range(config.steps):
-        items: list[Credited] = []
-        rewarded: list[float] = []
+        runs: list[tuple[Sequence[sf.Trace], Mapping[str, float], str | None]] = []
         for info in next(feed):
             traces = opened.traces(info.id)  # type: ignore[attr-defined]
+            answer: str | None = None
             if answers is not None:
                 problem = str(info.inputs.get("problem", ""))  # type: ignore[attr-defined]
                 if problem not in answers:
                     raise KeyError(f"run {info.id} has no reference answer for its problem")  # type: ignore
-                credited, stats = credit_runs([(traces, answers[problem])], config, reward, rng=rng)
-                rewarded.append(stats["reward_mean"])
+                answer = answers[problem]
+                given = rewards_from(traces, answer, reward)
             else:
-                recorded = {r["call_id"]: float(r["value"]) for r in opened.rewards(info.id)  # type: ignore
-                            if r["call_id"] is not None}
-                credited = [c for c in assign_credit(traces, recorded, scheme=config.scheme)
-                            if c.role in config.roles]
-                rewarded.extend(recorded.values())
-            items.extend(credited)
-        metrics = policy.step(items)
-        metrics = _with(metrics, reward_mean=sum(rewarded) / len(rewarded) if rewarded else None)
+                given = {r["call_id"]: float(r["value"]) for r in opened.rewards(info.id)  # type: ignore
+                         if r["call_id"] is not None}
+            runs.append((traces, given, answer))
+        metrics = policy.step(credit_runs(runs, config, rng=rng))
+        metrics = _with(metrics, reward_mean=_mean([value for _, given, _ in runs for value in given.values()]))
         history.append(metrics)
         _log(log, metrics)
         if bar is not None:
