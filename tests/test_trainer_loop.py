@@ -160,6 +160,9 @@ def test_scaffold_train_cli_trains_logs_and_exports(pocket_quick: tuple[Path, An
     failed = subprocess.run([sys.executable, "-m", "scaffold", "train", "--model", str(path), "--data", str(bad),
                              "--out", str(tmp_path / "o2")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert failed.returncode != 0 and "bad.jsonl:2" in failed.stderr and "answer" in failed.stderr
+    not_a_model = subprocess.run([sys.executable, "-m", "scaffold", "train", "--model", str(tmp_path), "--data",
+                                  str(data)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert not_a_model.returncode == 2 and "no config.json" in not_a_model.stderr
 
 
 @pytest.mark.slow

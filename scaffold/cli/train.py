@@ -12,7 +12,7 @@ TOPOLOGIES = ("spiral", "grpo", "agglm")
 
 
 @click.command("train")
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A save_pretrained model directory to train (default: the pocket model, built if needed).")
 @click.option("--topology", type=click.Choice(TOPOLOGIES), default="spiral", show_default=True,
               help="spiral: search + aggregation, set-RL credit; grpo: groups of samples; agglm: aggregator only.")
@@ -58,6 +58,8 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
     from trainers.policy import CHECKPOINT_FILE, LoraSettings, Policy, PolicyConfig
 
     pocket = model_dir is None
+    if model_dir is not None and not (model_dir / "config.json").is_file():
+        raise click.UsageError(f"--model {model_dir} is not a save_pretrained model directory (no config.json)")
     base = model_dir if model_dir is not None else pocket_model()
     if data is not None:
         rows = load_problems(data)
