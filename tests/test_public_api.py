@@ -8,10 +8,11 @@ import inspect
 import pytest
 
 import scaffold as sf
+import scaffold.evaluation
 import scaffold.testing
 
 
-@pytest.mark.parametrize("module", [scaffold, scaffold.testing], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [scaffold, scaffold.testing, scaffold.evaluation], ids=lambda m: m.__name__)
 def test_exported_members_import(module):
     """Every name in ``__all__`` is an attribute of the package and ``from … import *`` gives exactly ``__all__``."""
     assert len(module.__all__) == len(set(module.__all__)), "duplicate names in __all__"
