@@ -35,13 +35,16 @@ from graphs.prompts import (
     SOLVE_PROMPT,
     SUMMARY_PROMPT,
 )
+from graphs.registry import TOPOLOGIES, build_topology, parse_value, pocket_defaults, topology
 from graphs.rsa import population_by_step, rsa
 from graphs.self_consistency import self_consistency
+from graphs.single import single_sample
 from graphs.spiral import agglm_data, grpo_group, spiral
 from graphs.tree import aggregation_tree
 
 __all__ = [
     # topologies
+    "single_sample",
     "self_consistency",
     "rsa",
     "mixture_of_agents",
@@ -58,6 +61,12 @@ __all__ = [
     "grpo_group",
     "spiral",
     "agglm_data",
+    # topologies by name
+    "TOPOLOGIES",
+    "topology",
+    "build_topology",
+    "parse_value",
+    "pocket_defaults",
     # reading results
     "population_by_step",
     "population_by_generation",

@@ -75,6 +75,10 @@ class DatasetError(ScaffoldError, ValueError):
     """A dataset file or row is malformed; the message names the file and line."""
 
 
+class EvaluationError(ScaffoldError, ValueError):
+    """An evaluation cannot run or be read: a name reused with other settings, an unknown name, nothing to compare."""
+
+
 class RunError(ScaffoldError, RuntimeError):
     """A failure while a run executes."""
 

@@ -601,11 +601,13 @@ def test_a_refused_store_leaves_no_connection_open(store_url):
 
 
 def test_upgrade_applies_a_migration_once_and_bumps_the_version(store_url):
-    """upgrade(target=2) on a version-1 store runs the step once, records version 2, and is then a no-op."""
+    """upgrade(target=v+1) on a store at this version v runs the step once, records v+1, and is then a no-op."""
     with Store(store_url) as opened:
         solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: "\\boxed{1}")}, store=opened,
                       run_id="old")
     applied: list[int] = []
+
+    now, then = SCHEMA_VERSION, SCHEMA_VERSION + 1
 
     def to_v2(conn: sa.Connection) -> None:
         applied.append(1)
@@ -614,18 +616,17 @@ def test_upgrade_applies_a_migration_once_and_bumps_the_version(store_url):
 
     engine = sa.create_engine(normalise_url(store_url))
     try:
-        assert schema_version_of(engine) == 1
-        assert upgrade(engine, target=2, migrations={2: to_v2}) == 1
-        assert applied == [1] and schema_version_of(engine) == 2
-        assert upgrade(engine, target=2, migrations={2: to_v2}) == 2
-        assert applied == [1] and schema_version_of(engine) == 2
+        assert schema_version_of(engine) == now
+        assert upgrade(engine, target=then, migrations={then: to_v2}) == now
+        assert applied == [1] and schema_version_of(engine) == then
+        assert upgrade(engine, target=then, migrations={then: to_v2}) == then
+        assert applied == [1] and schema_version_of(engine) == then
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT judge_note FROM calls")).scalars().all() == ["migrated"]
             assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar_one() == 1
         with pytest.raises(SchemaVersionError):  # a step missing from the chain is refused, not skipped
-            upgrade(engine, target=4, migrations={4: to_v2})
-        assert schema_version_of(engine) == 2 and applied == [1]
+            upgrade(engine, target=then + 2, migrations={then + 2: to_v2})
+        assert schema_version_of(engine) == then and applied == [1]
     finally:
         engine.dispose()
-    if SCHEMA_VERSION < 2:
-        refuse(store_url)  # this code (version 1) now refuses the upgraded store
+    refuse(store_url)  # this code now refuses the upgraded store

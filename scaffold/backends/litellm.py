@@ -221,6 +221,15 @@ class LiteLLMBackend:
             error = ServerError(self._redact(f"could not read the response of {self.model_name}: {exc!r}"))
         raise error
 
+    def check_credentials(self) -> None:
+        """Raise :class:`~scaffold.errors.AuthenticationError` naming the missing environment variable, if any.
+
+        Nothing is sent: this checks ``api_key_env`` or, without one, the variables litellm
+        expects for the provider (``OPENAI_API_KEY``...); a model with an ``api_base`` (a local
+        server) needs none. Calls check the same on their own; this lets a command fail first.
+        """
+        self._api_key_value()
+
     def _api_key_value(self) -> str | None:
         if self._api_key is not None:
             return self._api_key

@@ -1,8 +1,12 @@
-"""Evaluating topologies on datasets: metrics over recorded samples (pass@k, majority@k, bootstrap intervals).
+"""Evaluating topologies on datasets: run and record, report from the store, compare at equal budget.
 
-The functions are pure: they take counts, answers and per-problem numbers, never a store or a model.
+* :func:`evaluate` runs a graph over problem rows as a named, resumable evaluation and scores
+  every recorded trace; :func:`load_report` computes an :class:`EvalReport` from the store.
+* The metrics are pure functions on counts and answers (pass@k, majority@k, bootstrap
+  intervals, the AggLM gain bins).
 """
 
+from scaffold.evaluation.harness import evaluate, evaluate_async
 from scaffold.evaluation.metrics import (
     DEFAULT_SHARE_EDGES,
     MAX_ENUMERATED_SUBSETS,
@@ -15,8 +19,17 @@ from scaffold.evaluation.metrics import (
     pass_at_k,
     pass_at_k_curve,
 )
+from scaffold.evaluation.report import EVAL_SOURCE, Estimate, EvalReport, ProblemOutcome, load_report
 
 __all__ = [
+    # running and reading evaluations
+    "evaluate",
+    "evaluate_async",
+    "load_report",
+    "EvalReport",
+    "ProblemOutcome",
+    "Estimate",
+    "EVAL_SOURCE",
     # sampling metrics
     "pass_at_k",
     "mean_pass_at_k",

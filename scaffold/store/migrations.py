@@ -27,8 +27,12 @@ from scaffold.store.schema import SCHEMA_VERSION, Base, SchemaInfo
 
 Migration = Callable[[Connection], None]
 
-MIGRATIONS: dict[int, Migration] = {}
-"""``version -> function`` upgrading a database from ``version - 1``; empty while the schema is at 1."""
+def _v2(conn: Connection) -> None:
+    """Version 2 adds the ``evaluations`` table, which ``create_all`` makes after the steps run."""
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2}
+"""``version -> function`` upgrading a database from ``version - 1``."""
 
 
 def schema_version(conn: Connection) -> int | None:

@@ -21,7 +21,7 @@ from typing import Any, cast
 from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Table, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version this code writes. Older stores are upgraded on open (:mod:`scaffold.store.migrations`)."""
 
 
@@ -48,6 +48,20 @@ class Dataset(Base):
     name: Mapped[str] = mapped_column(String, primary_key=True)
     source: Mapped[str | None] = mapped_column(Text)
     """Where the rows came from (a path or a hub name), when known."""
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Evaluation(Base):
+    """A named evaluation (``scaffold eval``): one topology over one dataset; its runs are ``{name}-{item}``."""
+
+    __tablename__ = "evaluations"
+
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    graph: Mapped[str] = mapped_column(String, index=True)
+    dataset: Mapped[str | None] = mapped_column(String)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """What reproduces it: topology, parameters, model specs (never keys), data source, limit, seed, sampling."""
+    problems: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -188,3 +202,4 @@ REQUESTS = _table(RequestRow)
 REWARDS = _table(Reward)
 DATASETS = _table(Dataset)
 ITEMS = _table(Item)
+EVALUATIONS = _table(Evaluation)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import networkx
 
     from scaffold.backends.model import Model
+    from scaffold.store.evaluations import EvaluationInfo
 
 _OPEN: weakref.WeakSet[Store] = weakref.WeakSet()
 
@@ -185,6 +186,60 @@ class Store:
         ``dataset`` or ``status``, over one run or over the runs the filters select."""
         with self.engine.connect() as conn:
             return query.rollup(conn, by, run_id=run_id, **filters)
+
+    # -- evaluations ------------------------------------------------------------------------------
+    def save_evaluation(self, name: str, *, graph: str, dataset: str | None, settings: Mapping[str, Any],
+                        problems: int) -> EvaluationInfo:
+        """Record evaluation ``name`` (``scaffold eval``); an existing one is returned unchanged."""
+        from scaffold.store import evaluations
+
+        with self.engine.begin() as conn:
+            found = evaluations.get(conn, name)
+            if found is None:
+                evaluations.save(conn, name, graph=graph, dataset=dataset, settings=settings, problems=problems)
+                found = evaluations.get(conn, name)
+        assert found is not None
+        return found
+
+    def evaluation(self, name: str) -> EvaluationInfo:
+        """A stored evaluation; raises :class:`StoreError` if there is none by that name."""
+        from scaffold.store import evaluations
+
+        with self.engine.connect() as conn:
+            found = evaluations.get(conn, name)
+        if found is None:
+            raise StoreError(f"no evaluation {name!r} in {self}")
+        return found
+
+    def evaluations(self, *, prefix: str | None = None) -> list[EvaluationInfo]:
+        """Stored evaluations, oldest first; only names starting with ``prefix`` when given."""
+        from scaffold.store import evaluations
+
+        with self.engine.connect() as conn:
+            return evaluations.listed(conn, prefix)
+
+    def evaluation_runs(self, name: str) -> list[query.RunInfo]:
+        """The runs of evaluation ``name`` (ids ``{name}-{item}``), by item."""
+        from scaffold.store import evaluations
+
+        self.flush()
+        with self.engine.connect() as conn:
+            return evaluations.runs_of(conn, name)
+
+    def traces_of(self, run_ids: Sequence[str]) -> dict[str, list[Trace]]:
+        """Every recorded trace of each run in ``run_ids`` (read in batches)."""
+        from scaffold.store import evaluations
+
+        with self.engine.connect() as conn:
+            return evaluations.traces_of(conn, run_ids)
+
+    def rewards_of(self, run_ids: Sequence[str], *, source: str) -> list[dict[str, Any]]:
+        """The rewards given by ``source`` to the runs in ``run_ids`` and their calls."""
+        from scaffold.store import evaluations
+
+        self.flush()
+        with self.engine.connect() as conn:
+            return evaluations.rewards_of(conn, run_ids, source)
 
     # -- resuming and caching --------------------------------------------------------------------
     def replay_for(self, run_id: str, graph: str, spec: Mapping[str, Any], inputs: Mapping[str, Any],

@@ -1,0 +1,156 @@
+"""Topologies by name, with build parameters from text: what ``scaffold run``, ``eval`` and ``graph show`` use.
+
+``build_topology("rsa", {"population": "8", "steps": "3"})`` builds :data:`TOPOLOGIES` ``["rsa"]``
+with its parameters parsed from strings (``8`` is an int, ``0.5`` a float, ``true`` a bool,
+``a,b`` a tuple for tuple parameters such as MoA's proposers; anything else stays a string).
+With ``prompts="pocket"`` every prompt parameter is set to the pocket model's two prompts (its
+solve prompt for first samples, its aggregation prompt for every prompt that reads candidates),
+best-of-N and weighted majority score with the pocket task's step verifier instead of a judge
+model, and pairwise ranking judges by agreement (the pocket model can aggregate but not judge).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import scaffold as sf
+from graphs.agglm import agglm, ssa
+from graphs.best_of_n import best_of_n, weighted_majority
+from graphs.evolve import evolve
+from graphs.moa import mixture_of_agents, self_moa
+from graphs.pairwise import agreement_verdict, pairwise_ranking
+from graphs.rsa import rsa
+from graphs.self_consistency import self_consistency
+from graphs.single import single_sample
+from graphs.tree import aggregation_tree
+from scaffold.errors import GraphDefinitionError
+
+TOPOLOGIES: dict[str, sf.GraphFunction] = {
+    "single_sample": single_sample,
+    "self_consistency": self_consistency,
+    "best_of_n": best_of_n,
+    "weighted_majority": weighted_majority,
+    "rsa": rsa,
+    "evolve": evolve,
+    "mixture_of_agents": mixture_of_agents,
+    "self_moa": self_moa,
+    "agglm": agglm,
+    "ssa": ssa,
+    "aggregation_tree": aggregation_tree,
+    "pairwise_ranking": pairwise_ranking,
+}
+"""The topologies a command line can name (the ones that take only a ``problem`` input)."""
+
+_READS_CANDIDATES = ("aggregate_prompt", "evolve_prompt", "moa_prompt", "summary_prompt", "compare_prompt",
+                     "refine_prompt")
+"""Prompt parameters that show the model a set of candidates (the pocket model's aggregation prompt)."""
+
+
+def parse_value(text: str, default: Any = None) -> Any:
+    """A build parameter from its command-line text, typed like ``default`` where that decides.
+
+    Example:
+        >>> parse_value("8"), parse_value("0.5"), parse_value("true"), parse_value("solver")
+        (8, 0.5, True, 'solver')
+        >>> parse_value("a,b", default=("x",)), parse_value("none")
+        (('a', 'b'), None)
+    """
+    value = text.strip()
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    if isinstance(default, tuple):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(default, str):
+        return value
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+    return literal if isinstance(literal, (int, float)) else value
+
+
+def topology(name: str) -> sf.GraphFunction:
+    """The graph function called ``name``; an unknown name raises with the known ones."""
+    try:
+        return TOPOLOGIES[name]
+    except KeyError:
+        raise GraphDefinitionError(f"unknown topology {name!r}; known: {', '.join(TOPOLOGIES)}") from None
+
+
+def pocket_defaults(name: str, model_dir: str | Path | None = None) -> dict[str, Any]:
+    """The build parameters that fit topology ``name`` to the pocket model (prompts, verifier, verdict)."""
+    from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask, pocket_task
+
+    accepted = topology(name).defaults
+    params: dict[str, Any] = {}
+    if "prompt" in accepted:
+        params["prompt"] = SOLVE_PROMPT
+    params.update({key: AGGREGATE_PROMPT for key in _READS_CANDIDATES if key in accepted})
+    if "verifier" in accepted:
+        params["verifier"] = StepVerifier(pocket_task(model_dir) if model_dir is not None else PocketTask())
+    if "verdict" in accepted:
+        params["verdict"] = agreement_verdict
+    return params
+
+
+class StepVerifier:
+    """The pocket task's process verifier as a best-of-N ``verifier(problem, trace)``: share of right steps."""
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        self.__qualname__ = f"StepVerifier({task.digits}x{task.terms})"
+        self.__module__ = __name__
+
+    def __call__(self, problem: str, trace: sf.Trace) -> float:
+        return float(self.task.check_steps(problem, trace.text))
+
+
+def build_topology(name: str, params: Mapping[str, str | Any] | None = None, *, prompts: str = "generic",
+                   model_dir: str | Path | None = None) -> sf.Graph:
+    """Build topology ``name`` with ``params`` (strings are parsed by :func:`parse_value`).
+
+    ``prompts="pocket"`` starts from :func:`pocket_defaults` (``model_dir`` names the pocket
+    model, whose task the step verifier checks); explicit ``params`` win over those defaults.
+
+    Example:
+        >>> build_topology("rsa", {"population": "4", "subset_size": "2", "steps": "1"}).count_calls()
+        {'solver': 8}
+    """
+    function = topology(name)
+    if prompts not in ("generic", "pocket"):
+        raise ValueError(f"prompts must be 'generic' or 'pocket', got {prompts!r}")
+    values: dict[str, Any] = pocket_defaults(name, model_dir) if prompts == "pocket" else {}
+    for key, raw in (params or {}).items():
+        if key not in function.defaults:
+            raise GraphDefinitionError(f"topology {name!r} has no parameter {key!r}; its parameters are: "
+                                       f"{', '.join(function.defaults)}")
+        values[key] = parse_value(raw, function.defaults[key]) if isinstance(raw, str) else raw
+    return function.build(**values)
+
+
+def describe_parameters(name: str) -> str:
+    """One line per build parameter of topology ``name`` with its default (long prompts shortened)."""
+    lines = []
+    for key, default in topology(name).defaults.items():
+        shown = _short(default)
+        lines.append(f"{key} = {shown}")
+    return "\n".join(lines)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, str):
+        flat = " ".join(value.split())
+        return repr(flat if len(flat) <= 40 else flat[:37] + "...")
+    if isinstance(value, Callable):  # type: ignore[arg-type]
+        return getattr(value, "__qualname__", repr(value))
+    return repr(value)
+
+
+__all__ = ["StepVerifier", "TOPOLOGIES", "build_topology", "describe_parameters", "parse_value", "pocket_defaults",
+           "topology"]

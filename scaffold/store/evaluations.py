@@ -1,0 +1,79 @@
+"""Reading and writing evaluations: named groups of runs ``{name}-{item}`` made by ``scaffold eval``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from scaffold.store import codec
+from scaffold.store.query import RunInfo, load_traces, run_info
+from scaffold.store.schema import EVALUATIONS, REWARDS, RUNS
+from scaffold.types import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationInfo:
+    """A stored evaluation: what was run (``settings``) over how many problems."""
+
+    name: str
+    graph: str
+    dataset: str | None
+    settings: Mapping[str, Any]
+    """Topology, build parameters as given, model specs (never keys), data source, limit, seed, sampling."""
+    problems: int
+    created_at: float
+
+
+def _info(row: Mapping[Any, Any]) -> EvaluationInfo:
+    return EvaluationInfo(name=row["name"], graph=row["graph"], dataset=row["dataset"], settings=row["settings"] or {},
+                          problems=row["problems"], created_at=row["created_at"])
+
+
+def save(conn: Connection, name: str, *, graph: str, dataset: str | None, settings: Mapping[str, Any],
+         problems: int) -> None:
+    conn.execute(insert(EVALUATIONS).values(name=name, graph=graph, dataset=dataset,
+                                            settings=codec.jsonable(dict(settings)), problems=problems,
+                                            created_at=time.time()))
+
+
+def get(conn: Connection, name: str) -> EvaluationInfo | None:
+    row = conn.execute(select(EVALUATIONS).where(EVALUATIONS.c.name == name)).first()
+    return None if row is None else _info(row._mapping)
+
+
+def listed(conn: Connection, prefix: str | None = None) -> list[EvaluationInfo]:
+    stmt = select(EVALUATIONS)
+    if prefix:
+        stmt = stmt.where(EVALUATIONS.c.name.startswith(prefix, autoescape=True))
+    return [_info(row._mapping) for row in conn.execute(stmt.order_by(EVALUATIONS.c.created_at, EVALUATIONS.c.name))]
+
+
+def runs_of(conn: Connection, name: str) -> list[RunInfo]:
+    """The runs of evaluation ``name`` (ids ``{name}-{item}``), by item."""
+    runs = RUNS.c
+    stmt = select(RUNS).where(runs.id.startswith(f"{name}-", autoescape=True), runs.item.is_not(None))
+    found = [run_info(row._mapping) for row in conn.execute(stmt)]
+    return sorted((r for r in found if r.id == f"{name}-{r.item}"), key=lambda r: r.item or 0)
+
+
+def traces_of(conn: Connection, run_ids: Sequence[str], chunk: int = 200) -> dict[str, list[Trace]]:
+    """Every trace of each run, read ``chunk`` runs per query."""
+    traces: dict[str, list[Trace]] = {run_id: [] for run_id in run_ids}
+    for start in range(0, len(run_ids), chunk):
+        for trace in load_traces(conn, list(run_ids[start:start + chunk])):
+            traces[trace.run_id].append(trace)
+    return traces
+
+
+def rewards_of(conn: Connection, run_ids: Sequence[str], source: str, chunk: int = 500) -> list[dict[str, Any]]:
+    """The rewards from ``source`` of the given runs."""
+    table = REWARDS
+    rows: list[dict[str, Any]] = []
+    for start in range(0, len(run_ids), chunk):
+        stmt = select(table).where(table.c.run_id.in_(list(run_ids[start:start + chunk])), table.c.source == source)
+        rows.extend(dict(row._mapping) for row in conn.execute(stmt.order_by(table.c.id)))
+    return rows
