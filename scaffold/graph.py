@@ -234,6 +234,7 @@ class Graph:
         run_id: str | None = None,
         dataset: str | None = None,
         store: Any = DEFAULT,
+        items: Sequence[int] | None = None,
         **run_kwargs: Any,
     ) -> AsyncIterator[RunResult]:
         """Run the graph on every row of ``rows``, ``concurrency`` rows at a time.
@@ -248,7 +249,8 @@ class Graph:
         Every run is recorded in ``store`` (see :meth:`run`) as row ``i`` of ``dataset`` when a
         name is given. With ``run_id``, row ``i`` runs as ``{run_id}-{i}``: calling ``map`` again
         with the same ``run_id`` after a crash resumes every row, and rows that had finished
-        send nothing.
+        send nothing. ``items`` gives each row's position explicitly (its run id, seed offset,
+        dataset item and ``result.index``), so a caller can run only the rows still missing.
 
         Example:
             >>> import scaffold as sf
@@ -264,6 +266,7 @@ class Graph:
         """
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        numbers = None if items is None else iter(items)
         bound = bind_models(self, models)
         run_kwargs["store"] = await asyncio.to_thread(resolve_store, store)
         bar = _progress(progress, rows)
@@ -276,6 +279,11 @@ class Graph:
                     row = await next_row()
                     if row is _END:
                         break
+                    if numbers is not None:
+                        given = next(numbers, None)
+                        if given is None:
+                            raise ValueError("items has fewer positions than there are rows")
+                        position = given
                     row_seed = None if seed is None else seed + position
                     row_kwargs = {**run_kwargs, "dataset": dataset, "item": position if dataset else None,
                                   "run_id": None if run_id is None else f"{run_id}-{position}"}

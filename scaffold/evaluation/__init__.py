@@ -6,6 +6,15 @@
   intervals, the AggLM gain bins).
 """
 
+from scaffold.evaluation.compare import (
+    COLUMNS,
+    PairedDifference,
+    comparison_rows,
+    paired_difference,
+    to_csv,
+    to_markdown,
+    to_text,
+)
 from scaffold.evaluation.harness import evaluate, evaluate_async
 from scaffold.evaluation.metrics import (
     DEFAULT_SHARE_EDGES,
@@ -30,6 +39,14 @@ __all__ = [
     "ProblemOutcome",
     "Estimate",
     "EVAL_SOURCE",
+    # comparing evaluations
+    "comparison_rows",
+    "paired_difference",
+    "PairedDifference",
+    "to_text",
+    "to_markdown",
+    "to_csv",
+    "COLUMNS",
     # sampling metrics
     "pass_at_k",
     "mean_pass_at_k",

@@ -55,10 +55,11 @@ async def evaluate_async(
     scored = {r["run_id"] for r in await asyncio.to_thread(target.rewards_of, run_ids, source=EVAL_SOURCE)
               if r["call_id"] is None}
     target.add_dataset(dataset, rows, source=source)
-    inputs = [{key: row[key] for key in graph.inputs} for row in rows]
+    todo = [i for i, run_id in enumerate(run_ids) if run_id not in scored]  # scored runs are not run again
+    inputs = [{key: rows[i][key] for key in graph.inputs} for i in todo]
     async for result in graph.map(inputs, models=models, concurrency=concurrency, seed=seed, progress=progress,
-                                  run_id=name, dataset=dataset, store=target, **run_kwargs):
-        if result.ok and result.run_id not in scored:
+                                  run_id=name, dataset=dataset, store=target, items=todo, **run_kwargs):
+        if result.ok:
             _score(target, result, str(rows[result.index or 0]["answer"]), equivalence)
     await asyncio.to_thread(target.flush)
     return await asyncio.to_thread(load_report, target, name, equivalence=equivalence)
