@@ -131,6 +131,11 @@ def build_topology(name: str, params: Mapping[str, str | Any] | None = None, *, 
             raise GraphDefinitionError(f"topology {name!r} has no parameter {key!r}; its parameters are: "
                                        f"{', '.join(function.defaults)}")
         values[key] = parse_value(raw, function.defaults[key]) if isinstance(raw, str) else raw
+        default = function.defaults[key]
+        if isinstance(default, bool) and not isinstance(values[key], bool):
+            raise GraphDefinitionError(f"parameter {key!r} of {name!r} takes true or false, got {raw!r}")
+        if type(default) is int and not isinstance(values[key], int):
+            raise GraphDefinitionError(f"parameter {key!r} of {name!r} takes a whole number, got {raw!r}")
     return function.build(**values)
 
 

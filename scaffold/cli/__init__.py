@@ -7,7 +7,11 @@
     scaffold [--store PATH_OR_URL] runs export --out PATH [--format jsonl|parquet] [filters] [--run RUN ...]
     scaffold pocket build [--rebuild]
     scaffold pocket problems --n 100 --split test --out FILE
+    scaffold [--store PATH_OR_URL] eval TOPOLOGY [-p KEY=VALUE ...] [--data FILE] [--model [ALIAS=]SPEC ...]
+    scaffold [--store PATH_OR_URL] compare EVAL_A EVAL_B [--out DIR]
     scaffold [--store PATH_OR_URL] train [--model DIR] [--topology spiral|grpo|agglm] [--data FILE] [--steps N]
+    scaffold [--store PATH_OR_URL] run TOPOLOGY --problem TEXT [-p KEY=VALUE ...] [--model [ALIAS=]SPEC ...] [--json]
+    scaffold graph list [--params] | graph params TOPOLOGY | graph show TOPOLOGY [-p KEY=VALUE ...] [--format F]
 
 Also ``python -m scaffold``. Errors (an unknown run, a store that cannot be opened, a bad
 time) print one line and exit with a non-zero status; a store URL's password is never shown.
@@ -21,7 +25,11 @@ from typing import Any
 import click
 
 from scaffold.cli.common import StoreHandle
+from scaffold.cli.compare import compare
+from scaffold.cli.evaluate import eval_command
+from scaffold.cli.graph import graph_group
 from scaffold.cli.pocket import pocket
+from scaffold.cli.run import run_command
 from scaffold.cli.runs import runs
 from scaffold.cli.train import train
 
@@ -59,6 +67,8 @@ def main(ctx: click.Context, target: str | None) -> None:
       python -m scaffold runs list --json
       scaffold pocket build
       scaffold train --topology spiral --steps 30
+      scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49
+      scaffold graph show rsa -p population=8 -p steps=3
     """
     from scaffold.store.default import ENV_VAR, default_target
 
@@ -74,5 +84,9 @@ def main(ctx: click.Context, target: str | None) -> None:
 main.add_command(runs)
 main.add_command(pocket)
 main.add_command(train)
+main.add_command(eval_command)
+main.add_command(compare)
+main.add_command(run_command)
+main.add_command(graph_group)
 
 __all__ = ["main"]

@@ -28,6 +28,14 @@ from scaffold.evaluation.metrics import (
     pass_at_k,
     pass_at_k_curve,
 )
+from scaffold.evaluation.plots import (
+    BudgetPoint,
+    budget_points,
+    plot_budget,
+    plot_majority_gain,
+    plot_pass_at_k,
+    write_plots,
+)
 from scaffold.evaluation.report import EVAL_SOURCE, Estimate, EvalReport, ProblemOutcome, load_report
 
 __all__ = [
@@ -47,6 +55,13 @@ __all__ = [
     "to_markdown",
     "to_csv",
     "COLUMNS",
+    # plots
+    "budget_points",
+    "BudgetPoint",
+    "plot_budget",
+    "plot_pass_at_k",
+    "plot_majority_gain",
+    "write_plots",
     # sampling metrics
     "pass_at_k",
     "mean_pass_at_k",

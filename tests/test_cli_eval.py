@@ -1,0 +1,218 @@
+"""``scaffold eval`` and ``scaffold compare`` end to end, in subprocesses: the pocket model, an API model over HTTP,
+a kill and a resume, and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import scaffold as sf
+from scaffold.evaluation import EVAL_SOURCE
+from scaffold.testing import OpenAIServer
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "sk-stand-in-key-0123456789"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def scaffold(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m scaffold ARGS`` at the repository root; OPENAI_API_KEY only when ``env`` gives it."""
+    base = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    return subprocess.run([sys.executable, "-m", "scaffold", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**base, **(env or {})})
+
+
+def write_problems(path: Path, count: int) -> Path:
+    rows = [{"id": f"p{i}", "problem": f"{i + 10}+{2 * i + 1}", "answer": str(3 * i + 11)} for i in range(count)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def adder(request: Any) -> str:
+    """A stand-in API model: sums the first 'a+b' in the prompt; its second choice of a request is off by one."""
+    numbers = re.search(r"\d+(?:\+\d+)+", request.last_content)
+    total = sum(map(int, numbers.group(0).split("+"))) if numbers else 0
+    return f"Adding up: \\boxed{{{total + (1 if request.choice == 1 else 0)}}}"
+
+
+def evaluations(db: Path) -> dict[str, int]:
+    with sf.Store(str(db)) as store:
+        return {e.name: e.problems for e in store.evaluations()}
+
+
+@pytest.mark.slow
+def test_eval_sweep_and_compare_on_the_pocket_model(pocket_quick: tuple[Path, Any], tmp_path: Path) -> None:
+    """A sweep n=1,4 of self-consistency on the quick pocket model: two evaluations, their table, files and plots;
+    then `compare` reads them back from the store alone, with their paired difference."""
+    model, _ = pocket_quick
+    db, out = tmp_path / "runs.db", tmp_path / "out"
+    done = scaffold("--store", str(db), "eval", "self_consistency", "-p", "n=1,4", "--model", f"pocket:{model}",
+                    "--limit", "6", "--name", "sc", "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert evaluations(db) == {"sc.n=1": 6, "sc.n=4": 6}
+    assert re.search(r"sc\.n=4 .*accuracy", done.stdout, re.S) and "pass@4" in done.stdout
+    written = {p.name for p in out.iterdir()}
+    assert {"report.json", "problems.csv", "compare.md", "compare.csv", "accuracy_vs_tokens.png",
+            "pass_at_k.png"} <= written
+    assert (out / "accuracy_vs_tokens.png").read_bytes().startswith(PNG)
+    summaries = json.loads((out / "report.json").read_text())
+    assert [s["calls_per_problem"] for s in summaries] == [1.0, 4.0]
+    with sf.Store(str(db)) as store:
+        runs = store.evaluation_runs("sc.n=4")
+        assert [r.item for r in runs] == list(range(6)) and all(r.calls == 4 for r in runs)
+    compared = scaffold("--store", str(db), "compare", "sc.n=4", "sc.n=1", "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    table = json.loads(compared.stdout)
+    assert [row["evaluation"] for row in table["rows"]] == ["sc.n=1", "sc.n=4"]
+    assert table["paired"]["problems"] == 6
+    by_name = {s["name"]: s for s in summaries}
+    expected = by_name["sc.n=4"]["accuracy"]["value"] - by_name["sc.n=1"]["accuracy"]["value"]
+    assert table["paired"]["difference"]["value"] == pytest.approx(expected)
+    prefix = scaffold("--store", str(db), "compare", "sc", "--format", "markdown")
+    assert prefix.returncode == 0 and prefix.stdout.count("| sc.n=") == 2
+
+
+@pytest.mark.slow
+def test_eval_reports_rsa_steps_and_the_aggregation_gain(pocket_quick: tuple[Path, Any], tmp_path: Path) -> None:
+    """RSA on the pocket model: per-step accuracy, AggLM gain rows, and the majority-gain plot."""
+    model, _ = pocket_quick
+    db, out = tmp_path / "runs.db", tmp_path / "out"
+    done = scaffold("--store", str(db), "eval", "rsa", "-p", "population=4", "-p", "subset_size=2", "-p", "steps=2",
+                    "--model", f"pocket:{model}", "--limit", "4", "--out", str(out), "--json", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert list(report["node_accuracy"]) == ["step0", "step1", "step2"]
+    assert sum(b["problems"] for b in report["gain"]) == 4 * 4 * 2  # every aggregation call is one row
+    assert report["finished"] == 4 and report["settings"]["params"] == {"population": "4", "subset_size": "2",
+                                                                        "steps": "2"}
+    assert (out / "majority_gain.png").read_bytes().startswith(PNG)
+
+
+@pytest.mark.slow
+def test_eval_of_an_api_model_over_http_records_dollars_and_never_the_key(tmp_path: Path) -> None:
+    """litellm over real HTTP to the stand-in server named gpt-4o-mini: every call served once, priced from
+    litellm's map; the key appears in no output, no file and not in the store."""
+    data, db, out = write_problems(tmp_path / "p.jsonl", 5), tmp_path / "runs.db", tmp_path / "out"
+    with OpenAIServer(policy=adder) as server:
+        done = scaffold("--store", str(db), "eval", "self_consistency", "-p", "n=2", "--data", str(data),
+                        "--model", "openai/gpt-4o-mini", "--api-base", server.base_url, "--out", str(out),
+                        "--json", "--no-progress", env={"OPENAI_API_KEY": KEY})
+        served = len(server.choices_served)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert served == 10 and report["calls_per_problem"] == 2.0
+    assert report["accuracy"]["value"] == 1.0  # the vote's tie goes to the first (right) choice
+    assert report["pass_at_k"]["1"]["value"] == pytest.approx(0.5)
+    assert report["cost_per_problem"] is not None and report["cost_per_problem"]["value"] > 0
+    assert (out / "accuracy_vs_cost.png").read_bytes().startswith(PNG)
+    assert report["dataset"] == "p" and report["settings"]["models"] == {"solver": "openai/gpt-4o-mini"}
+    blobs = [done.stdout, done.stderr, db.read_bytes().decode("latin-1")]
+    blobs += [p.read_bytes().decode("latin-1") for p in out.iterdir()]
+    assert not any(KEY in blob for blob in blobs)
+
+
+@pytest.mark.slow
+def test_a_killed_eval_resumes_without_sending_finished_problems_again(tmp_path: Path) -> None:
+    """SIGKILL mid-way, then the same command: it finishes, every problem is scored once, finished ones not re-sent."""
+    data, db = write_problems(tmp_path / "p.jsonl", 12), tmp_path / "runs.db"
+    command = ["--store", str(db), "eval", "self_consistency", "-p", "n=2", "--data", str(data), "--model",
+               "openai/stand-in", "--concurrency", "2", "--name", "killed", "--no-progress"]
+    with OpenAIServer(policy=adder, latency=0.4) as server:
+        env = {**os.environ, "OPENAI_API_KEY": KEY}
+        process = subprocess.Popen([sys.executable, "-m", "scaffold", *command, "--api-base", server.base_url],
+                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while scored_runs(db) < 3:
+                assert process.poll() is None and time.monotonic() < deadline, "the eval ended before it was killed"
+                time.sleep(0.1)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        before = scored_runs(db)
+        time.sleep(1.0)  # requests the killed process had in flight are still answered (and counted) by the server
+        first = len(server.choices_served)
+        assert 3 <= before < 12
+        done = scaffold(*command, "--api-base", server.base_url, "--json", env={"OPENAI_API_KEY": KEY})
+        second = len(server.choices_served) - first
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["finished"] == 12 and report["accuracy"]["value"] == 1.0
+    assert second <= 2 * (12 - before)  # nothing of a scored problem was sent again
+    with sqlite3.connect(db) as conn:
+        per_run = conn.execute("SELECT run_id, count(*) FROM rewards WHERE call_id IS NULL AND source = ? "
+                               "GROUP BY run_id", (EVAL_SOURCE,)).fetchall()
+    assert len(per_run) == 12 and all(count == 1 for _, count in per_run)
+
+
+def scored_runs(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            return int(conn.execute("SELECT count(*) FROM rewards WHERE call_id IS NULL").fetchone()[0])
+    except sqlite3.OperationalError:  # the tables are not made yet
+        return 0
+
+
+def test_a_bad_dataset_row_names_its_file_and_line(tmp_path: Path) -> None:
+    data = write_problems(tmp_path / "p.jsonl", 3)
+    data.write_text(data.read_text() + '{"problem": "1+1"}\n')
+    done = scaffold("--store", str(tmp_path / "r.db"), "eval", "single_sample", "--data", str(data), "--model",
+                    "openai/stand-in", "--api-base", "http://127.0.0.1:9/v1", env={"OPENAI_API_KEY": KEY})
+    assert done.returncode == 1
+    assert f"{data}:4: the row has no 'answer'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_missing_api_key_is_named_before_anything_runs(tmp_path: Path) -> None:
+    data = write_problems(tmp_path / "p.jsonl", 2)
+    done = scaffold("--store", str(tmp_path / "r.db"), "eval", "single_sample", "--data", str(data), "--model",
+                    "openai/gpt-4o-mini")
+    assert done.returncode == 2 and "OPENAI_API_KEY" in done.stderr and "Traceback" not in done.stderr
+    assert evaluations(tmp_path / "r.db") == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rsa", "--model", "judge=openai/x"], "no model alias 'judge'; its aliases: solver"),
+    (["rsa", "--model", "nonsense-model"], "unknown model 'nonsense-model'"),
+    (["tree_of_thought"], "unknown topology 'tree_of_thought'"),
+    (["rsa", "-p", "populaton=4"], "has no parameter 'populaton'"),
+    (["rsa", "-p", "population"], "is not KEY=VALUE"),
+    (["--resume", "never-ran"], "no evaluation 'never-ran'"),
+    (["rsa", "--k", "0"], "positive integers"),
+])
+def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    done = scaffold("--store", str(tmp_path / "r.db"), "eval", *args, env={"OPENAI_API_KEY": KEY})
+    assert done.returncode in (1, 2) and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_compare_names_what_it_cannot_find(tmp_path: Path) -> None:
+    sf.Store(str(tmp_path / "r.db")).close()
+    done = scaffold("--store", str(tmp_path / "r.db"), "compare", "nothing-here")
+    assert done.returncode == 2 and "no evaluation named 'nothing-here'" in done.stderr
+
+
+def test_a_local_hugging_face_dataset_directory_loads_through_datasets(tmp_path: Path) -> None:
+    """hf:DIR:SPLIT goes through datasets.load_dataset (the hub path, offline); a hub name offline is one line."""
+    from scaffold.cli.evaluate import load_rows
+
+    folder = tmp_path / "hubset"
+    folder.mkdir()
+    (folder / "test.jsonl").write_text('{"question": "1+1", "solution": "2"}\n{"question": "2+3", "solution": "5"}\n')
+    rows, dataset, source = load_rows(f"hf:{folder}:test", None, 0, None, "question", "solution")
+    assert [(r["problem"], r["answer"]) for r in rows] == [("1+1", "2"), ("2+3", "5")]
+    assert source == f"hf:{folder}:test" and dataset.endswith("-test")
+    done = scaffold("--store", str(tmp_path / "r.db"), "eval", "single_sample", "--data", "hf:no-such-org/no-such-set",
+                    env={"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 1 and "no-such-org/no-such-set: cannot load split 'test'" in done.stderr

@@ -1,0 +1,62 @@
+"""Topologies by name with parameters from text (what the command line builds)."""
+
+from __future__ import annotations
+
+import pytest
+
+import graphs
+from graphs.registry import StepVerifier
+from scaffold.errors import GraphError
+from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask
+
+
+def test_every_named_topology_builds_with_its_defaults_and_takes_only_a_problem() -> None:
+    for name, function in graphs.TOPOLOGIES.items():
+        graph = graphs.build_topology(name)
+        assert graph.inputs == ("problem",) and graph.name == function.name, name
+        assert sum(graph.count_calls().values()) >= 1
+
+
+def test_text_parameters_are_typed_like_their_defaults() -> None:
+    graph = graphs.build_topology("mixture_of_agents", {"proposers": "a,b", "layers": "2", "aggregator": "agg"})
+    assert graph.params["proposers"] == ("a", "b") and graph.params["layers"] == 2
+    assert set(graph.count_calls()) == {"a", "b", "agg"}
+    rsa = graphs.build_topology("rsa", {"population": "4", "subset_size": "2", "steps": "1", "final_vote": "false"})
+    assert rsa.params["final_vote"] is False and rsa.count_calls() == {"solver": 8}
+
+
+@pytest.mark.parametrize("name, params, message", [
+    ("tree_of_thought", {}, "unknown topology 'tree_of_thought'; known: single_sample"),
+    ("rsa", {"populaton": "4"}, "has no parameter 'populaton'"),
+    ("rsa", {"final_vote": "maybe"}, "takes true or false"),
+    ("rsa", {"population": "four"}, "takes a whole number"),
+    ("rsa", {"subset_size": "9", "population": "4"}, "k=9 is larger than the set"),
+])
+def test_bad_names_and_values_fail_at_build_time(name: str, params: dict[str, str], message: str) -> None:
+    with pytest.raises(GraphError, match=message):
+        graphs.build_topology(name, params)
+
+
+def test_pocket_prompts_fit_every_prompt_parameter_and_name_the_verifier_stably() -> None:
+    """Solve prompt for first samples, aggregation prompt for every prompt that reads candidates; the step
+    verifier and agreement verdict replace judge models; the recorded parameter is a stable name."""
+    rsa = graphs.build_topology("rsa", prompts="pocket")
+    assert rsa.params["prompt"] == SOLVE_PROMPT and rsa.params["aggregate_prompt"] == AGGREGATE_PROMPT
+    pairwise = graphs.build_topology("pairwise_ranking", prompts="pocket")
+    assert pairwise.params["compare_prompt"] == AGGREGATE_PROMPT and pairwise.params["verdict"] is \
+        graphs.agreement_verdict
+    best = graphs.build_topology("best_of_n", {"n": "4"}, prompts="pocket")
+    assert isinstance(best.params["verifier"], StepVerifier)
+    assert best.spec()["params"]["verifier"] == "graphs.registry.StepVerifier(3x3)"
+    assert "judge" not in best.count_calls()
+    task = PocketTask()
+    row = task.problems(1, seed=0)[0]
+    assert best.params["verifier"](row["problem"], _trace(task.solution(row["problem"]))) == 1.0
+    explicit = graphs.build_topology("rsa", {"prompt": "Mine: {problem}"}, prompts="pocket")
+    assert explicit.params["prompt"] == "Mine: {problem}"  # explicit parameters win
+
+
+def _trace(text: str):  # type: ignore[no-untyped-def]
+    import scaffold as sf
+
+    return sf.Trace(id="r/s#0", run_id="r", node="s", index=0, text=text)
