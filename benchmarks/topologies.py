@@ -24,46 +24,35 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import graphs
 import scaffold as sf
-from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask, pocket_model, pocket_task
+from scaffold.pocket import pocket_model, pocket_task
+
+SIZES: dict[str, tuple[str, dict[str, str]]] = {
+    "single_sample": ("single_sample", {}),
+    "self_consistency": ("self_consistency", {"n": "16"}),
+    "best_of_n": ("best_of_n", {"n": "16"}),
+    "weighted_majority": ("weighted_majority", {"n": "16"}),
+    "rsa": ("rsa", {"population": "8", "subset_size": "4", "steps": "1"}),
+    "rsa_t3": ("rsa", {"population": "4", "subset_size": "4", "steps": "3"}),
+    "evolve": ("evolve", {"population": "8", "generations": "1", "parents": "4"}),
+    "mixture_of_agents": ("mixture_of_agents", {"proposers": "solver,solver,solver,solver", "layers": "4",
+                                                "aggregator": "solver"}),
+    "self_moa": ("self_moa", {"samples": "4"}),
+    "agglm": ("agglm", {"candidates": "4", "aggregator": "solver"}),
+    "ssa": ("ssa", {"samples": "4", "aggregator": "solver"}),
+    "aggregation_tree": ("aggregation_tree", {"leaves": "16", "branching": "4"}),
+    "pairwise_ranking": ("pairwise_ranking", {"population": "6", "generations": "2", "elites": "2",
+                                              "comparisons_per_member": "2", "judge": "solver"}),
+}
+"""Benchmark entry -> (topology, parameters as ``scaffold eval -p`` takes them): comparable budgets."""
 
 
-def topologies(task: PocketTask) -> dict[str, sf.Graph]:
-    """Every topology, sized to comparable budgets, with the pocket model's prompts."""
-    solve = {"prompt": SOLVE_PROMPT}
-    both = {"prompt": SOLVE_PROMPT, "aggregate_prompt": AGGREGATE_PROMPT}
-
-    def verify(problem: str, trace: sf.Trace) -> float:
-        return task.check_steps(problem, trace.text)
-
-    @sf.graph(name="single_sample")
-    def single(problem: str) -> Any:
-        return sf.generate(SOLVE_PROMPT, model="solver")
-
-    return {
-        "single_sample": single.build(),
-        "self_consistency": graphs.self_consistency.build(n=16, **solve),
-        "best_of_n": graphs.best_of_n.build(n=16, verifier=verify, **solve),
-        "weighted_majority": graphs.weighted_majority.build(n=16, verifier=verify, **solve),
-        "rsa": graphs.rsa.build(population=8, subset_size=4, steps=1, **both),
-        "rsa_t3": graphs.rsa.build(population=4, subset_size=4, steps=3, **both),
-        "evolve": graphs.evolve.build(population=8, generations=1, parents=4, prompt=SOLVE_PROMPT,
-                                      evolve_prompt=AGGREGATE_PROMPT),
-        "mixture_of_agents": graphs.mixture_of_agents.build(proposers=("solver",) * 4, layers=4,
-                                                            aggregator="solver", prompt=SOLVE_PROMPT,
-                                                            moa_prompt=AGGREGATE_PROMPT),
-        "self_moa": graphs.self_moa.build(samples=4, prompt=SOLVE_PROMPT, moa_prompt=AGGREGATE_PROMPT),
-        "agglm": graphs.agglm.build(candidates=4, aggregator="solver", **both),
-        "ssa": graphs.ssa.build(samples=4, aggregator="solver", prompt=SOLVE_PROMPT,
-                                summary_prompt=AGGREGATE_PROMPT),
-        "aggregation_tree": graphs.aggregation_tree.build(leaves=16, branching=4, **both),
-        "pairwise_ranking": graphs.pairwise_ranking.build(
-            population=6, generations=2, elites=2, comparisons_per_member=2, judge="solver", prompt=SOLVE_PROMPT,
-            compare_prompt=AGGREGATE_PROMPT, refine_prompt=AGGREGATE_PROMPT, verdict=graphs.agreement_verdict),
-    }
+def topologies(model_dir: Path) -> dict[str, sf.Graph]:
+    """Every topology, sized to comparable budgets, with the pocket model's prompts (``graphs.build_topology``)."""
+    return {name: graphs.build_topology(topology, params, prompts="pocket", model_dir=model_dir)
+            for name, (topology, params) in SIZES.items()}
 
 
 async def measure(graph: sf.Graph, rows: list[dict[str, str]], model: sf.Model) -> dict[str, float]:
@@ -94,7 +83,7 @@ def main() -> None:
     rows = task.problems(args.problems or (20 if args.quick else 100), seed=0, split="test")
     model = sf.Model(sf.TransformersBackend(path, max_batch_size=64), name=f"pocket:{path.name}",
                      params={"temperature": 1.0, "max_tokens": 96})
-    chosen = {name: g for name, g in topologies(task).items() if not args.only or name in args.only}
+    chosen = {name: g for name, g in topologies(path).items() if not args.only or name in args.only}
     print(f"{len(rows)} held-out pocket problems ({task.name}), temperature 1, seed 0")
     print(f"{'topology':<20} {'accuracy':>8} {'tokens/problem':>14} {'calls/problem':>13} {'wall s':>7} failed")
     results: dict[str, dict[str, float]] = {}

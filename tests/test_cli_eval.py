@@ -216,3 +216,18 @@ def test_a_local_hugging_face_dataset_directory_loads_through_datasets(tmp_path:
     done = scaffold("--store", str(tmp_path / "r.db"), "eval", "single_sample", "--data", "hf:no-such-org/no-such-set",
                     env={"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 1 and "no-such-org/no-such-set: cannot load split 'test'" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_readme_comparison_script_runs_and_writes_its_table(pocket_quick: tuple[Path, Any], tmp_path: Path) -> None:
+    """examples/compare_topologies.sh (the README's table) on the quick model and 2 problems: 7 rows and the plots."""
+    model, _ = pocket_quick
+    out = tmp_path / "out"
+    env = {**os.environ, "PROBLEMS": "2", "MODEL": f"pocket:{model}", "OUT": str(out),
+           "SCAFFOLD": f"{sys.executable} -m scaffold"}
+    done = subprocess.run(["bash", "examples/compare_topologies.sh"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in (out / "compare.md").read_text().splitlines() if line.startswith("| cmp-")]
+    assert len(rows) == 7 and all("2/2" in row for row in rows)
+    assert {"accuracy_vs_tokens.png", "pass_at_k.png", "majority_gain.png"} <= {p.name for p in out.iterdir()}

@@ -1,4 +1,4 @@
-"""The ``scaffold`` command line: browse and export recorded runs; build the pocket model.
+"""The ``scaffold`` command line: run, evaluate and compare topologies; browse and export runs; train.
 
 ::
 
@@ -53,11 +53,11 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", "target", metavar="PATH_OR_URL",
-              help="The store to read: a SQLite file or a database URL (sqlite:///runs.db, "
+              help="The store to read and record into: a SQLite file or a database URL (sqlite:///runs.db, "
                    "postgresql://user@host/db). Default: $SCAFFOLD_STORE, else ./scaffold.db.")
 @click.pass_context
 def main(ctx: click.Context, target: str | None) -> None:
-    """Scaffold: browse and export the runs recorded in a trajectory store; build the pocket model.
+    """Scaffold: run and evaluate topologies, compare them at equal budget, browse recorded runs, train.
 
     \b
     Examples:
@@ -67,6 +67,8 @@ def main(ctx: click.Context, target: str | None) -> None:
       python -m scaffold runs list --json
       scaffold pocket build
       scaffold train --topology spiral --steps 30
+      scaffold eval rsa -p population=8 -p steps=1,3 --limit 100 --out out/rsa
+      scaffold compare --list
       scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49
       scaffold graph show rsa -p population=8 -p steps=3
     """

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -83,7 +83,8 @@ def budget_points(reports: Iterable[EvalReport], x: BudgetAxis = "tokens") -> di
     if x not in _AXIS_TITLES:
         raise ValueError(f"x must be 'tokens' or 'cost', got {x!r}")
     series: dict[str, list[BudgetPoint]] = {}
-    for report in reports:
+    reports_list = list(reports)
+    for report in reports_list:
         budget = report.tokens if x == "tokens" else report.cost
         if budget is None or not math.isfinite(budget.value):
             continue
@@ -94,7 +95,26 @@ def budget_points(reports: Iterable[EvalReport], x: BudgetAxis = "tokens") -> di
     if x == "cost" and not series:
         raise EvaluationError("no evaluation has known prices, so none can be placed on a cost axis; "
                               "plot against tokens instead")
-    return {graph: sorted(points, key=lambda p: (p.x, p.name)) for graph, points in series.items()}
+    params = {report.name: _params(report) for report in reports_list}
+    return {graph: sorted(_varying_labels(points, params), key=lambda p: (p.x, p.name))
+            for graph, points in series.items()}
+
+
+def _params(report: EvalReport) -> dict[str, Any]:
+    found = report.settings.get("params") if isinstance(report.settings, Mapping) else None
+    return {k: v for k, v in found.items() if _short_value(v)} if isinstance(found, Mapping) else {}
+
+
+def _varying_labels(points: list[BudgetPoint], params: Mapping[str, dict[str, Any]]) -> list[BudgetPoint]:
+    """Within a sweep, label each point by the parameters that vary (``steps=1``, ``steps=3``), not all of them."""
+    if len(points) < 2:
+        return points
+    keys = sorted({k for p in points for k in params.get(p.name, {})})
+    varying = [k for k in keys if len({str(params.get(p.name, {}).get(k)) for p in points}) > 1]
+    if not varying:
+        return points
+    return [replace(p, label=", ".join(f"{k}={params[p.name][k]}" for k in varying if k in params.get(p.name, {}))
+                    or p.label) for p in points]
 
 
 def point_label(report: EvalReport) -> str:
