@@ -231,3 +231,33 @@ def test_the_readme_comparison_script_runs_and_writes_its_table(pocket_quick: tu
     rows = [line for line in (out / "compare.md").read_text().splitlines() if line.startswith("| cmp-")]
     assert len(rows) == 7 and all("2/2" in row for row in rows)
     assert {"accuracy_vs_tokens.png", "pass_at_k.png", "majority_gain.png"} <= {p.name for p in out.iterdir()}
+
+
+def test_a_dry_run_counts_the_calls_and_runs_nothing(tmp_path: Path) -> None:
+    data, db = write_problems(tmp_path / "p.jsonl", 5), tmp_path / "r.db"
+    done = scaffold("--store", str(db), "eval", "rsa", "-p", "population=4", "-p", "steps=1,2", "--data", str(data),
+                    "--model", "openai/stand-in", "--api-base", "http://127.0.0.1:9/v1", "--dry-run",
+                    env={"OPENAI_API_KEY": KEY})
+    assert done.returncode == 0, done.stderr
+    assert "5 problems x (solver=8) = 40 model calls" in done.stdout
+    assert "5 problems x (solver=12) = 60 model calls" in done.stdout
+    assert evaluations(db) == {}
+
+
+@pytest.mark.slow
+def test_a_token_budget_refuses_calls_and_the_problems_resume_later(tmp_path: Path) -> None:
+    """--max-total-tokens stops spending (refused calls are never sent); the same command without it finishes."""
+    data, db = write_problems(tmp_path / "p.jsonl", 6), tmp_path / "r.db"
+    command = ["--store", str(db), "eval", "single_sample", "--data", str(data), "--model", "openai/stand-in",
+               "--concurrency", "1", "--name", "budgeted", "--no-progress", "--json", "--max-tokens", "16"]
+    with OpenAIServer(policy=adder) as server:
+        limited = scaffold(*command, "--api-base", server.base_url, "--max-total-tokens", "250",
+                           env={"OPENAI_API_KEY": KEY})
+        sent = len(server.choices_served)
+        rest = scaffold(*command, "--api-base", server.base_url, env={"OPENAI_API_KEY": KEY})
+        total = len(server.choices_served)
+    assert limited.returncode == 1 and "the budget refused" in limited.stderr
+    first = json.loads(limited.stdout)
+    assert 0 < first["finished"] < 6 and first["failed"] == 6 - first["finished"] == 6 - sent
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    assert json.loads(rest.stdout)["finished"] == 6 and total == 6

@@ -34,12 +34,18 @@ from scaffold.cli.options import model_options, param_options, prepare, split_pa
               help="Write report.json, problems.csv, compare.md/.csv and the plots (PNG) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), metavar="DOLLARS",
+              help="Spend at most this much in this command (calls that could pass it are refused, not sent).")
+@click.option("--max-total-tokens", type=click.IntRange(min=1), metavar="N",
+              help="Spend at most N tokens (prompt + completion) in this command.")
+@click.option("--dry-run", is_flag=True, help="Print the calls each evaluation would make, run nothing.")
 @click.pass_obj
 def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], prompts: str | None,
                  model_values: tuple[str, ...], api_base: str | None, temperature: float, max_tokens: int | None,
                  data: str | None, limit: int | None, problem_key: str, answer_key: str, name: str | None,
                  resume_name: str | None, concurrency: int, seed: int, ks: str | None, out: Path | None,
-                 as_json: bool, no_progress: bool) -> None:
+                 as_json: bool, no_progress: bool, max_cost: float | None, max_total_tokens: int | None,
+                 dry_run: bool) -> None:
     """Evaluate TOPOLOGY on a dataset: accuracy, pass@k, maj@k, per-step accuracy, tokens/$/latency per problem.
 
     Every call is recorded in the store. Kill it and run the same command again (or
@@ -54,6 +60,8 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
       scaffold eval rsa --data ../shared/data/aime24.jsonl --model openai/gpt-4o-mini -p population=16
       scaffold eval agglm --model solver=openai/gpt-4o-mini --model aggregator=hosted_vllm/agg \\
           --api-base http://127.0.0.1:8000/v1 --data math500.jsonl --limit 100
+      scaffold eval rsa --model openai/gpt-4o-mini --data aime24.jsonl --dry-run     # calls, before paying
+      scaffold eval rsa --model openai/gpt-4o-mini --data aime24.jsonl --max-cost 5
       scaffold eval --resume rsa-pocket-3x3-test-s0-n100-1a2b3c
       scaffold compare rsa-pocket-3x3-test-s0-n100-1a2b3c self_consistency-pocket-3x3-test-s0-n100-4d5e6f
     """
@@ -77,6 +85,11 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
     if topology is None:
         raise click.UsageError("name a topology (scaffold graph list shows them) or --resume NAME")
     sizes = _ks(ks)
+    budget = None
+    if max_cost is not None or max_total_tokens is not None:
+        import scaffold as sf
+
+        budget = sf.Budget(max_tokens=max_total_tokens, max_cost=max_cost)
     combos = sweep(topology, split_params(params))
     names: list[str | None] = [name] * len(combos)
     if name is not None and len(combos) > 1:
@@ -93,17 +106,27 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
             "problem_key": problem_key, "answer_key": answer_key,
         }
         chosen = given or default_name(topology, dataset, settings)
+        if dry_run:
+            calls = graph.count_calls()
+            click.echo(f"{chosen}: {len(rows)} problems x ({', '.join(f'{a}={n}' for a, n in calls.items())}) = "
+                       f"{len(rows) * sum(calls.values()):,} model calls")
+            continue
         click.echo(f"evaluation {chosen}: {topology} on {len(rows)} problems of {dataset} "
                    f"({', '.join(f'{a}={s}' for a, s in bound.specs.items())})", err=True)
         try:
             evaluate(graph, rows, bound.models, name=chosen, store=store, dataset=dataset, source=source,
-                     settings=settings, concurrency=concurrency, seed=seed, progress=not no_progress)
+                     settings=settings, concurrency=concurrency, seed=seed, progress=not no_progress, budget=budget)
         except KeyboardInterrupt:
             store.flush()
             click.echo(f"\ninterrupted: what finished is recorded; resume with: scaffold eval --resume {chosen}",
                        err=True)
             raise SystemExit(130) from None
         reports.append(load_report(store, chosen, ks=sizes))
+    if dry_run:
+        return
+    if budget is not None and budget.refused:
+        click.echo(f"the budget refused {budget.refused} call(s) (spent {budget.tokens:,} tokens, "
+                   f"${budget.cost:.4f}); their problems count as wrong until resumed", err=True)
     if as_json:
         click.echo(json.dumps([r.summary() for r in reports] if len(reports) > 1 else reports[0].summary(),
                               indent=2))
