@@ -246,7 +246,7 @@ def test_a_dry_run_counts_the_calls_and_runs_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_token_budget_refuses_calls_and_the_problems_resume_later(tmp_path: Path) -> None:
-    """--max-total-tokens stops spending (refused calls are never sent); the same command without it finishes."""
+    """--max-total-tokens stops spending (refused calls are never sent); `--resume NAME` finishes the rest."""
     data, db = write_problems(tmp_path / "p.jsonl", 6), tmp_path / "r.db"
     command = ["--store", str(db), "eval", "single_sample", "--data", str(data), "--model", "openai/stand-in",
                "--concurrency", "1", "--name", "budgeted", "--no-progress", "--json", "--max-tokens", "16"]
@@ -254,7 +254,8 @@ def test_a_token_budget_refuses_calls_and_the_problems_resume_later(tmp_path: Pa
         limited = scaffold(*command, "--api-base", server.base_url, "--max-total-tokens", "250",
                            env={"OPENAI_API_KEY": KEY})
         sent = len(server.choices_served)
-        rest = scaffold(*command, "--api-base", server.base_url, env={"OPENAI_API_KEY": KEY})
+        rest = scaffold("--store", str(db), "eval", "--resume", "budgeted", "--json", "--no-progress",
+                        env={"OPENAI_API_KEY": KEY})  # every setting, the server's address too, from the store
         total = len(server.choices_served)
     assert limited.returncode == 1 and "the budget refused" in limited.stderr
     first = json.loads(limited.stdout)

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,85 +66,143 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
       scaffold eval --resume rsa-pocket-3x3-test-s0-n100-1a2b3c
       scaffold compare rsa-pocket-3x3-test-s0-n100-1a2b3c self_consistency-pocket-3x3-test-s0-n100-4d5e6f
     """
-    from scaffold.evaluation import comparison_rows, evaluate, load_report, to_text
+    from scaffold.evaluation import load_report
     from scaffold.store.default import resolve_store
 
     store = resolve_store(handle.target)
     if store is None:
         raise click.UsageError("an evaluation is recorded in a store; $SCAFFOLD_STORE turns it off: pass --store")
+    ask = Ask(topology, params, model_values, prompts, api_base, temperature, max_tokens, data, limit, problem_key,
+              answer_key, seed)
     if resume_name is not None:
-        recorded = store.evaluation(resume_name).settings
-        if topology is not None and topology != recorded.get("topology"):
-            raise click.UsageError(f"--resume {resume_name} is a {recorded.get('topology')} evaluation, not {topology}")
-        topology, params = recorded["topology"], tuple(f"{k}={v}" for k, v in recorded.get("params", {}).items())
-        model_values = tuple(f"{k}={v}" for k, v in recorded.get("models", {}).items())
-        prompts, api_base = recorded.get("prompts"), recorded.get("api_base") or api_base
-        temperature, max_tokens = recorded.get("temperature", temperature), recorded.get("max_tokens")
-        data, limit, seed = recorded.get("data"), recorded.get("limit"), recorded.get("seed", seed)
-        problem_key, answer_key = recorded.get("problem_key", problem_key), recorded.get("answer_key", answer_key)
-        name = resume_name
-    if topology is None:
-        raise click.UsageError("name a topology (scaffold graph list shows them) or --resume NAME")
+        ask, name = ask.resumed(store.evaluation(resume_name).settings, resume_name), resume_name
     sizes = _ks(ks)
     budget = None
     if max_cost is not None or max_total_tokens is not None:
         import scaffold as sf
 
         budget = sf.Budget(max_tokens=max_total_tokens, max_cost=max_cost)
-    combos = sweep(topology, split_params(params))
-    names: list[str | None] = [name] * len(combos)
-    if name is not None and len(combos) > 1:
-        names = [f"{name}.{_suffix(combo, combos)}" for combo in combos]
     reports = []
-    for combo, given in zip(combos, names):
-        graph, bound = prepare(topology, combo, model_values, api_base=api_base, prompts=prompts,
-                               temperature=temperature, max_tokens=max_tokens)
-        rows, dataset, source = load_rows(data, limit, seed, bound.pocket_dir, problem_key, answer_key)
-        settings = {
-            "topology": topology, "params": combo, "models": bound.specs, "api_base": _safe(api_base),
-            "prompts": prompts or ("pocket" if bound.pocket else "generic"), "temperature": temperature,
-            "max_tokens": bound.params.get("max_tokens"), "data": data, "limit": limit, "seed": seed,
-            "problem_key": problem_key, "answer_key": answer_key,
-        }
-        chosen = given or default_name(topology, dataset, settings)
+    for plan in plans(ask, name):
         if dry_run:
-            calls = graph.count_calls()
-            click.echo(f"{chosen}: {len(rows)} problems x ({', '.join(f'{a}={n}' for a, n in calls.items())}) = "
-                       f"{len(rows) * sum(calls.values()):,} model calls")
+            calls = plan.graph.count_calls()
+            click.echo(f"{plan.name}: {len(plan.rows)} problems x ({', '.join(f'{a}={n}' for a, n in calls.items())})"
+                       f" = {len(plan.rows) * sum(calls.values()):,} model calls")
             continue
-        click.echo(f"evaluation {chosen}: {topology} on {len(rows)} problems of {dataset} "
-                   f"({', '.join(f'{a}={s}' for a, s in bound.specs.items())})", err=True)
-        try:
-            evaluate(graph, rows, bound.models, name=chosen, store=store, dataset=dataset, source=source,
-                     settings=settings, concurrency=concurrency, seed=seed, progress=not no_progress, budget=budget)
-        except KeyboardInterrupt:
-            store.flush()
-            click.echo(f"\ninterrupted: what finished is recorded; resume with: scaffold eval --resume {chosen}",
-                       err=True)
-            raise SystemExit(130) from None
-        reports.append(load_report(store, chosen, ks=sizes))
+        plan.run(store, concurrency=concurrency, seed=ask.seed, progress=not no_progress, budget=budget)
+        reports.append(load_report(store, plan.name, ks=sizes))
     if dry_run:
         return
     if budget is not None and budget.refused:
         click.echo(f"the budget refused {budget.refused} call(s) (spent {budget.tokens:,} tokens, "
                    f"${budget.cost:.4f}); their problems count as wrong until resumed", err=True)
-    if as_json:
-        click.echo(json.dumps([r.summary() for r in reports] if len(reports) > 1 else reports[0].summary(),
-                              indent=2))
-    else:
-        for report in reports:
-            click.echo(render(report))
-            click.echo()
-        if len(reports) > 1:
-            click.echo(to_text(comparison_rows(reports)))
+    _print(reports, as_json)
     if out is not None:
         for path in write_outputs(reports, out):
             click.echo(f"wrote {path}", err=True)
-    if any(not r.complete for r in reports):
-        incomplete = [r.name for r in reports if not r.complete]
+    incomplete = [r.name for r in reports if not r.complete]
+    if incomplete:
         click.echo(f"not every problem finished ({', '.join(incomplete)}); failed runs count as wrong. "
                    f"Resume with: scaffold eval --resume {incomplete[0]}", err=True)
         raise SystemExit(1)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What one ``scaffold eval`` command asks for (before sweeps are expanded)."""
+
+    topology: str | None
+    params: tuple[str, ...]
+    model_values: tuple[str, ...]
+    prompts: str | None
+    api_base: str | None
+    temperature: float
+    max_tokens: int | None
+    data: str | None
+    limit: int | None
+    problem_key: str
+    answer_key: str
+    seed: int
+
+    def resumed(self, recorded: Mapping[str, Any], name: str) -> Ask:
+        """The same request as the recorded evaluation ``name`` (a topology given too must be its own)."""
+        if self.topology is not None and self.topology != recorded.get("topology"):
+            raise click.UsageError(f"--resume {name} is a {recorded.get('topology')} evaluation, not {self.topology}")
+        return Ask(
+            topology=recorded["topology"], params=tuple(f"{k}={v}" for k, v in recorded.get("params", {}).items()),
+            model_values=tuple(f"{k}={v}" for k, v in recorded.get("models", {}).items()),
+            prompts=recorded.get("prompts"), api_base=recorded.get("api_base") or self.api_base,
+            temperature=recorded.get("temperature", self.temperature), max_tokens=recorded.get("max_tokens"),
+            data=recorded.get("data"), limit=recorded.get("limit"), problem_key=recorded.get("problem_key", "problem"),
+            answer_key=recorded.get("answer_key", "answer"), seed=recorded.get("seed", self.seed),
+        )
+
+
+@dataclass
+class Plan:
+    """One evaluation about to run: its name, graph, models, rows and the settings recorded with it."""
+
+    name: str
+    graph: Any
+    bound: Any
+    rows: list[dict[str, Any]]
+    dataset: str
+    source: str
+    settings: dict[str, Any]
+
+    def run(self, store: Any, **options: Any) -> None:
+        from scaffold.evaluation import evaluate
+
+        specs = ", ".join(f"{a}={s}" for a, s in self.bound.specs.items())
+        click.echo(f"evaluation {self.name}: {self.graph.name} on {len(self.rows)} problems of {self.dataset} "
+                   f"({specs})", err=True)
+        try:
+            evaluate(self.graph, self.rows, self.bound.models, name=self.name, store=store, dataset=self.dataset,
+                     source=self.source, settings=self.settings, **options)
+        except KeyboardInterrupt:
+            store.flush()
+            click.echo(f"\ninterrupted: what finished is recorded; resume with: scaffold eval --resume {self.name}",
+                       err=True)
+            raise SystemExit(130) from None
+
+
+def plans(ask: Ask, name: str | None) -> list[Plan]:
+    """One plan per combination of swept parameters, each with its models bound and its rows loaded."""
+    if ask.topology is None:
+        raise click.UsageError("name a topology (scaffold graph list shows them) or --resume NAME")
+    combos = sweep(ask.topology, split_params(ask.params))
+    names: list[str | None] = [name] * len(combos)
+    if name is not None and len(combos) > 1:
+        names = [f"{name}.{_suffix(combo, combos)}" for combo in combos]
+    made = []
+    for combo, given in zip(combos, names):
+        graph, bound = prepare(ask.topology, combo, ask.model_values, api_base=ask.api_base, prompts=ask.prompts,
+                               temperature=ask.temperature, max_tokens=ask.max_tokens)
+        rows, dataset, source = load_rows(ask.data, ask.limit, ask.seed, bound.pocket_dir, ask.problem_key,
+                                          ask.answer_key)
+        settings = {
+            "topology": ask.topology, "params": combo, "models": bound.specs, "api_base": _safe(ask.api_base),
+            "prompts": ask.prompts or ("pocket" if bound.pocket else "generic"), "temperature": ask.temperature,
+            "max_tokens": bound.params.get("max_tokens"), "data": ask.data, "limit": ask.limit, "seed": ask.seed,
+            "problem_key": ask.problem_key, "answer_key": ask.answer_key,
+        }
+        made.append(Plan(given or default_name(ask.topology, dataset, settings), graph, bound, rows, dataset, source,
+                         settings))
+    return made
+
+
+def _print(reports: Sequence[Any], as_json: bool) -> None:
+    from scaffold.evaluation import comparison_rows, to_text
+
+    if as_json:
+        click.echo(json.dumps([r.summary() for r in reports] if len(reports) > 1 else reports[0].summary(),
+                              indent=2))
+        return
+    for report in reports:
+        click.echo(render(report))
+        click.echo()
+    if len(reports) > 1:
+        click.echo(to_text(comparison_rows(reports)))
 
 
 # -- settings ----------------------------------------------------------------------------------
