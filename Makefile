@@ -31,3 +31,4 @@ bench: install
 	$(BIN)/python benchmarks/store.py
 	$(BIN)/python benchmarks/pocket.py
 	$(BIN)/python benchmarks/trainer.py
+	$(BIN)/python benchmarks/evaluation.py

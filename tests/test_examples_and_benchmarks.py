@@ -102,3 +102,13 @@ def test_trainer_benchmark_ends_with_its_json_keys() -> None:
         value = figures[key]
         assert isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0, (key, figures)
     assert figures["sequences"] == 64
+
+
+def test_evaluation_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/evaluation.py on a few problems: one JSON line; every problem scored, every trace rewarded."""
+    out = run("benchmarks/evaluation.py", "--problems", "5")
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["bench"] == "evaluation" and figures["problems"] == 5 and figures["calls"] == 5 * 176
+    for key in ("map_seconds", "eval_seconds", "overhead_ratio", "report_seconds", "resume_seconds", "accuracy"):
+        assert isinstance(figures[key], (int, float)) and figures[key] >= 0, (key, figures)
+    assert figures["rewards"] == figures["calls"] + figures["problems"]  # each trace and each run, once

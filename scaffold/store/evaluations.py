@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import Connection, insert, select
 
 from scaffold.store import codec
-from scaffold.store.query import RunInfo, load_traces, run_info
-from scaffold.store.schema import EVALUATIONS, REWARDS, RUNS
-from scaffold.types import Trace
+from scaffold.store.query import RunInfo, run_info
+from scaffold.store.schema import CALLS, EDGES, EVALUATIONS, REWARDS, RUNS
+from scaffold.types import Status, Trace, TraceKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +60,30 @@ def runs_of(conn: Connection, name: str) -> list[RunInfo]:
     return sorted((r for r in found if r.id == f"{name}-{r.item}"), key=lambda r: r.item or 0)
 
 
-def traces_of(conn: Connection, run_ids: Sequence[str], chunk: int = 200) -> dict[str, list[Trace]]:
-    """Every trace of each run, read ``chunk`` runs per query."""
+def answer_traces(conn: Connection, run_ids: Sequence[str], chunk: int = 200) -> dict[str, list[Trace]]:
+    """Each run's traces with what a report reads (id, node, index, kind, answer, status, lineage), oldest first.
+
+    Requests, texts, token ids and logprobs are not loaded: a report of 100,000 traces reads only
+    a few small columns (:meth:`Store.traces` gives whole traces).
+    """
+    calls, edges = CALLS.c, EDGES.c
     traces: dict[str, list[Trace]] = {run_id: [] for run_id in run_ids}
     for start in range(0, len(run_ids), chunk):
-        for trace in load_traces(conn, list(run_ids[start:start + chunk])):
-            traces[trace.run_id].append(trace)
+        part = list(run_ids[start:start + chunk])
+        lineage: dict[str, list[str]] = {}
+        stmt = (select(edges.call_id, edges.input_id).join(CALLS, calls.id == edges.call_id)
+                .where(calls.run_id.in_(part)).order_by(edges.call_id, edges.position))
+        for call_id, input_id in conn.execute(stmt):
+            lineage.setdefault(call_id, []).append(input_id)
+        rows = conn.execute(select(calls.id, calls.run_id, calls.node, calls.index, calls.kind, calls.answer,
+                                   calls.status, calls.started_at)
+                            .where(calls.run_id.in_(part)).order_by(calls.started_at, calls.id))
+        for row in rows:
+            traces[row.run_id].append(Trace(
+                id=row.id, run_id=row.run_id, node=row.node, index=row.index, kind=TraceKind(row.kind),
+                answer=row.answer, status=Status(row.status), started_at=row.started_at or 0.0,
+                inputs=tuple(lineage.get(row.id, ())),
+            ))
     return traces
 
 

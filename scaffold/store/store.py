@@ -226,12 +226,12 @@ class Store:
         with self.engine.connect() as conn:
             return evaluations.runs_of(conn, name)
 
-    def traces_of(self, run_ids: Sequence[str]) -> dict[str, list[Trace]]:
-        """Every recorded trace of each run in ``run_ids`` (read in batches)."""
+    def answer_traces(self, run_ids: Sequence[str]) -> dict[str, list[Trace]]:
+        """Each run's traces, light: id, node, index, kind, answer, status and lineage (no requests or texts)."""
         from scaffold.store import evaluations
 
         with self.engine.connect() as conn:
-            return evaluations.traces_of(conn, run_ids)
+            return evaluations.answer_traces(conn, run_ids)
 
     def rewards_of(self, run_ids: Sequence[str], *, source: str) -> list[dict[str, Any]]:
         """The rewards given by ``source`` to the runs in ``run_ids`` and their calls."""
