@@ -78,11 +78,12 @@ def answer_traces(conn: Connection, run_ids: Sequence[str], chunk: int = 200) ->
         rows = conn.execute(select(calls.id, calls.run_id, calls.node, calls.index, calls.kind, calls.answer,
                                    calls.status, calls.started_at)
                             .where(calls.run_id.in_(part)).order_by(calls.started_at, calls.id))
-        for row in rows:
-            traces[row.run_id].append(Trace(
-                id=row.id, run_id=row.run_id, node=row.node, index=row.index, kind=TraceKind(row.kind),
-                answer=row.answer, status=Status(row.status), started_at=row.started_at or 0.0,
-                inputs=tuple(lineage.get(row.id, ())),
+        for found in rows:
+            row = found._mapping  # not attributes: a Row's .index and .count are tuple methods
+            traces[row["run_id"]].append(Trace(
+                id=row["id"], run_id=row["run_id"], node=row["node"], index=row["index"], kind=TraceKind(row["kind"]),
+                answer=row["answer"], status=Status(row["status"]), started_at=row["started_at"] or 0.0,
+                inputs=tuple(lineage.get(row["id"], ())),
             ))
     return traces
 
