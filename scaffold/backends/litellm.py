@@ -84,6 +84,12 @@ def import_litellm() -> Any:
     return litellm
 
 
+def environment_secrets() -> list[str]:
+    """Values of environment variables named like secrets (``*_API_KEY``, ``*_TOKEN``...), 8 characters or more."""
+    return [value for name, value in os.environ.items()
+            if len(value) >= 8 and name.upper().endswith(_SECRET_VARIABLE_SUFFIXES)]
+
+
 def redact(text: str, secrets: Sequence[str] = ()) -> str:
     """Remove ``secrets`` and anything shaped like a key or bearer token from ``text``.
 
@@ -345,9 +351,7 @@ class LiteLLMBackend:
     # -- errors -----------------------------------------------------------------------------------
     def _redact(self, text: str) -> str:
         secrets = [s for s in (self._api_key, os.environ.get(self.api_key_env or "") or None) if s]
-        secrets += [value for name, value in os.environ.items()  # providers' own variables (GEMINI_API_KEY...)
-                    if len(value) >= 8 and name.upper().endswith(_SECRET_VARIABLE_SUFFIXES)]
-        return redact(text, secrets)
+        return redact(text, secrets + environment_secrets())  # providers' own variables too (GEMINI_API_KEY...)
 
     def _typed_error(self, exc: BaseException) -> BackendError:
         litellm = import_litellm()

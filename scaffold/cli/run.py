@@ -9,8 +9,6 @@ prints what it spent and exits with status 1.
 from __future__ import annotations
 
 import json
-import os
-import re
 import sys
 from typing import Any
 
@@ -19,18 +17,15 @@ import click
 from scaffold.cli.common import StoreHandle, fmt_cost, fmt_duration
 from scaffold.cli.options import model_options, param_options, prepare, split_params
 
-_SECRET_NAME = re.compile(r"(API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
-
 
 def redact_secrets(message: str) -> str:
-    """``message`` with the value of every ``*_API_KEY``-like environment variable replaced by ``***``.
+    """``message`` without API keys: the values of secret-named environment variables and key-shaped strings.
 
     A provider's error may quote the key it was sent; the CLI never prints one.
     """
-    secrets = {value for name, value in os.environ.items() if _SECRET_NAME.search(name) and len(value) >= 6}
-    for secret in sorted(secrets, key=len, reverse=True):
-        message = message.replace(secret, "***")
-    return message
+    from scaffold.backends.litellm import environment_secrets, redact
+
+    return redact(message, environment_secrets())
 
 
 def _problem_text(value: str) -> str:
