@@ -76,11 +76,53 @@ def parse_value(text: str, default: Any = None) -> Any:
 
 
 def topology(name: str) -> sf.GraphFunction:
-    """The graph function called ``name``; an unknown name raises with the known ones."""
+    """The graph function called ``name``: a ready-made one, or your own as ``FILE.py:NAME`` / ``MODULE:NAME``.
+
+    An unknown name raises with the known ones. Example:
+
+        >>> topology("rsa").name
+        'rsa'
+    """
+    if ":" in name:
+        return _user_topology(name)
     try:
         return TOPOLOGIES[name]
     except KeyError:
-        raise GraphDefinitionError(f"unknown topology {name!r}; known: {', '.join(TOPOLOGIES)}") from None
+        raise GraphDefinitionError(f"unknown topology {name!r}; known: {', '.join(TOPOLOGIES)}, "
+                                   "or your own as FILE.py:NAME or MODULE:NAME") from None
+
+
+def _user_topology(reference: str) -> sf.GraphFunction:
+    """``path/to/file.py:name`` or ``package.module:name`` -> that ``@sf.graph`` function."""
+    import importlib
+    import importlib.util
+    import sys
+
+    where, _, attribute = reference.rpartition(":")
+    if not where or not attribute:
+        raise GraphDefinitionError(f"{reference!r}: give a topology as FILE.py:NAME or MODULE:NAME")
+    try:
+        if where.endswith(".py") or "/" in where:
+            path = Path(where).expanduser().resolve()
+            if not path.is_file():
+                raise GraphDefinitionError(f"{reference!r}: no file {path}")
+            spec = importlib.util.spec_from_file_location(f"scaffold_user_{path.stem}", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except GraphDefinitionError:
+        raise
+    except Exception as exc:  # the user's code failed to import: say where, in one line
+        raise GraphDefinitionError(f"{reference!r}: importing {where} failed: {type(exc).__name__}: {exc}") from None
+    found = getattr(module, attribute, None)
+    if found is None:
+        raise GraphDefinitionError(f"{reference!r}: {where} has no {attribute!r}")
+    if not isinstance(found, sf.GraphFunction):
+        raise GraphDefinitionError(f"{reference!r} is a {type(found).__name__}, not an @sf.graph function")
+    return found
 
 
 def pocket_defaults(name: str, model_dir: str | Path | None = None) -> dict[str, Any]:

@@ -262,3 +262,21 @@ def test_a_token_budget_refuses_calls_and_the_problems_resume_later(tmp_path: Pa
     assert 0 < first["finished"] < 6 and first["failed"] == 6 - first["finished"] == 6 - sent
     assert rest.returncode == 0, rest.stderr[-2000:]
     assert json.loads(rest.stdout)["finished"] == 6 and total == 6
+
+
+@pytest.mark.slow
+def test_eval_and_graph_show_take_your_own_graph_from_a_file(tmp_path: Path) -> None:
+    """TOPOLOGY may be FILE.py:NAME: a graph written by the user is drawn, evaluated over HTTP and recorded."""
+    source = tmp_path / "mine.py"
+    source.write_text("import scaffold as sf\n\n@sf.graph\ndef twice(problem, *, n: int = 2):\n"
+                      "    return sf.vote(sf.sample('Solve: {problem}', model='solver', n=n, name='samples'))\n")
+    shown = scaffold("graph", "show", f"{source}:twice", "-p", "n=3")
+    assert shown.returncode == 0 and "%% calls: solver=3" in shown.stdout, shown.stderr
+    data, db = write_problems(tmp_path / "p.jsonl", 3), tmp_path / "r.db"
+    with OpenAIServer(policy=adder) as server:
+        done = scaffold("--store", str(db), "eval", f"{source}:twice", "--data", str(data), "--model",
+                        "openai/stand-in", "--api-base", server.base_url, "--json", "--no-progress",
+                        env={"OPENAI_API_KEY": KEY})
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["graph"] == "twice" and report["finished"] == 3 and report["calls_per_problem"] == 2.0

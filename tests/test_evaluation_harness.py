@@ -133,7 +133,8 @@ def test_a_name_recorded_with_other_settings_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("rows, name, store, message", [
     ([], "e", "DB", "at least one row"),
-    ([{"problem": "1+1"}], "e", "DB", "row 0 needs 'problem' and 'answer'"),
+    ([{"problem": "1+1"}], "e", "DB", "row 0 needs 'answer'"),
+    ([{"question": "1+1", "answer": "2"}], "e", "DB", "row 0 needs 'problem'"),
     (ROWS, "has space", "DB", "without spaces"),
     (ROWS, "e", None, "store=None"),
 ])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import graphs
@@ -60,3 +62,39 @@ def _trace(text: str):  # type: ignore[no-untyped-def]
     import scaffold as sf
 
     return sf.Trace(id="r/s#0", run_id="r", node="s", index=0, text=text)
+
+
+USER_GRAPH = """
+import scaffold as sf
+
+@sf.graph
+def double_check(problem, *, n: int = 2, prompt: str = "Solve: {problem}"):
+    return sf.vote(sf.sample(prompt, model="solver", n=n, name="samples"))
+
+not_a_graph = 3
+"""
+
+
+def test_your_own_graph_by_file_and_name(tmp_path: Path) -> None:
+    """FILE.py:NAME loads a user's @sf.graph function: parameters from text, pocket prompts where it takes them."""
+    source = tmp_path / "mine.py"
+    source.write_text(USER_GRAPH)
+    graph = graphs.build_topology(f"{source}:double_check", {"n": "3"})
+    assert graph.count_calls() == {"solver": 3}
+    pocket = graphs.build_topology(f"{source}:double_check", prompts="pocket")
+    assert pocket.params["prompt"] == SOLVE_PROMPT
+    assert graphs.topology("graphs.rsa:rsa") is graphs.rsa  # MODULE:NAME
+
+
+@pytest.mark.parametrize("reference, message", [
+    ("{dir}/missing.py:g", "no file"),
+    ("{dir}/mine.py:nothing", "has no 'nothing'"),
+    ("{dir}/mine.py:not_a_graph", "is a int, not an @sf.graph function"),
+    ("{dir}/broken.py:g", "importing .* failed: ZeroDivisionError"),
+    ("no_such_module_xyz:g", "importing no_such_module_xyz failed: ModuleNotFoundError"),
+])
+def test_a_bad_reference_to_your_own_graph_is_one_clear_error(tmp_path: Path, reference: str, message: str) -> None:
+    (tmp_path / "mine.py").write_text(USER_GRAPH)
+    (tmp_path / "broken.py").write_text("1 / 0\n")
+    with pytest.raises(GraphError, match=message):
+        graphs.topology(reference.format(dir=tmp_path))

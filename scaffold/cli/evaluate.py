@@ -49,6 +49,9 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
                  dry_run: bool) -> None:
     """Evaluate TOPOLOGY on a dataset: accuracy, pass@k, maj@k, per-step accuracy, tokens/$/latency per problem.
 
+    TOPOLOGY is a ready-made one (`scaffold graph list`) or your own @sf.graph function as
+    FILE.py:NAME or MODULE:NAME.
+
     Every call is recorded in the store. Kill it and run the same command again (or
     `scaffold eval --resume NAME`): finished problems are not sent again. A parameter with
     several comma-separated values (-p n=1,4,16) is a sweep: one evaluation per value, then a
@@ -58,6 +61,7 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
     Examples:
       scaffold eval rsa -p population=8 -p steps=3              # pocket model, 100 pocket problems
       scaffold eval self_consistency -p n=1,4,16 --out out/sc   # a sweep, its table and plots
+      scaffold eval my_graphs.py:debate -p rounds=2             # your own @sf.graph function
       scaffold eval rsa --data ../shared/data/aime24.jsonl --model openai/gpt-4o-mini -p population=16
       scaffold eval agglm --model solver=openai/gpt-4o-mini --model aggregator=hosted_vllm/agg \\
           --api-base http://127.0.0.1:8000/v1 --data math500.jsonl --limit 100
@@ -186,7 +190,7 @@ def plans(ask: Ask, name: str | None) -> list[Plan]:
             "max_tokens": bound.params.get("max_tokens"), "data": ask.data, "limit": ask.limit, "seed": ask.seed,
             "problem_key": ask.problem_key, "answer_key": ask.answer_key,
         }
-        made.append(Plan(given or default_name(ask.topology, dataset, settings), graph, bound, rows, dataset, source,
+        made.append(Plan(given or default_name(graph.name, dataset, settings), graph, bound, rows, dataset, source,
                          settings))
     return made
 

@@ -119,6 +119,9 @@ def params_command(topology: str) -> None:
 def show_command(topology: str, params: tuple[str, ...], prompts: str, fmt: str) -> None:
     """Show TOPOLOGY's structure, built with its parameters, and its model calls per alias.
 
+    TOPOLOGY is a ready-made one (`scaffold graph list`) or your own @sf.graph function as
+    FILE.py:NAME or MODULE:NAME.
+
     The Mermaid flowchart ends with a `%% calls: ALIAS=N` comment (still valid Mermaid); the
     text table ends with its own `calls:` line. The counts come from a dry run: no model
     is called (loops that stop early count their most calls).

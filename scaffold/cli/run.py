@@ -50,6 +50,7 @@ def run_command(handle: StoreHandle, topology: str, problem: str, reference: str
                 max_tokens: int | None, seed: int | None, run_id: str | None, as_json: bool) -> None:
     """Run TOPOLOGY once on one problem; print the answer, model calls, tokens, cost and wall time.
 
+    TOPOLOGY is a ready-made one or your own @sf.graph function as FILE.py:NAME or MODULE:NAME.
     The models default to the pocket model (built on first use) with its prompts; --model binds
     every alias (SPEC) or one (ALIAS=SPEC). `scaffold graph list` names the topologies and
     `scaffold graph show TOPOLOGY` draws one. The run is recorded in the store: `scaffold runs

@@ -45,7 +45,7 @@ async def evaluate_async(
     **run_kwargs: Any,
 ) -> EvalReport:
     """:func:`evaluate` from async code."""
-    target = _check(name, rows, store)
+    target = _check(name, rows, store, graph.inputs)
     dataset = dataset or name
     recorded = settings if settings is not None else {"graph": graph.name, "params": graph.spec()["params"]}
     found = await asyncio.to_thread(target.save_evaluation, name, graph=graph.name, dataset=dataset,
@@ -93,14 +93,16 @@ def evaluate(graph: Graph, rows: Sequence[Mapping[str, Any]], models: Mapping[st
     return asyncio.run(_then_release(evaluate_async(graph, rows, bound, **kwargs), bound))
 
 
-def _check(name: str, rows: Sequence[Mapping[str, Any]], store: Store | str) -> Store:
+def _check(name: str, rows: Sequence[Mapping[str, Any]], store: Store | str, inputs: Sequence[str]) -> Store:
     if not name or any(c.isspace() for c in name) or "/" in name:
         raise EvaluationError(f"an evaluation name must be non-empty without spaces or '/', got {name!r}")
     if not rows:
         raise EvaluationError("an evaluation needs at least one row")
     for position, row in enumerate(rows):
-        if "answer" not in row or "problem" not in row:
-            raise EvaluationError(f"row {position} needs 'problem' and 'answer'; it has {', '.join(row) or 'nothing'}")
+        missing = [key for key in ("answer", *inputs) if key not in row]
+        if missing:
+            raise EvaluationError(f"row {position} needs {', '.join(map(repr, missing))} (the reference and the "
+                                  f"graph's inputs); it has {', '.join(row) or 'nothing'}")
     target = resolve_store(store)
     if target is None:
         raise EvaluationError("an evaluation is recorded in a store; store=None is not allowed")
