@@ -43,8 +43,8 @@ def compare(handle: Any, names: tuple[str, ...], fmt: str, out: Path | None, lis
         raise click.UsageError("name the evaluations to compare (scaffold compare --list shows them)")
     chosen: list[str] = []
     for name in names:
-        found = [name] if any(e.name == name for e in store.evaluations(prefix=name)) else \
-            [e.name for e in store.evaluations(prefix=name)]
+        matching = [e.name for e in store.evaluations(prefix=name)]
+        found = [name] if name in matching else matching  # an exact name, else every name it begins
         if not found:
             raise click.UsageError(f"no evaluation named {name!r} (or starting with it) in the store; "
                                    "scaffold compare --list shows them")
