@@ -36,7 +36,9 @@ import secrets
 import threading
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -303,6 +305,7 @@ class TransformersBackend:
     def _decode(self, rows: list[_Row]) -> list[Output]:
         """The sampling loop: 1) prefill the left-padded prompts, 2) pick, record, feed one token per step."""
         torch, _ = _require_torch()
+        from scaffold.backends.kv_cache import decoding_cache
         # 1) prefill
         lengths = [len(row.prompt_ids) for row in rows]
         width = max(lengths)
@@ -315,7 +318,9 @@ class TransformersBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         sampler = Sampler(rows, self.device)
         record = Recorder(self, rows, lengths)
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, **self._forward_options)
+        cache = decoding_cache(self.model, width + min(max(record.limits, default=0), 512) + 1)  # grows if needed
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         **self._forward_options)
         next_positions = torch.tensor(lengths, device=self.device)
         # 2) decode
         while True:
@@ -336,6 +341,21 @@ class TransformersBackend:
 
 
 
+@contextmanager
+def quiet_progress(*, enabled: bool = True) -> Iterator[None]:
+    """No transformers progress bars (loading or saving weights) for the duration, when ``enabled``."""
+    from transformers.utils import logging
+
+    shown = enabled and logging.is_progress_bar_enabled()
+    if shown:
+        logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            logging.enable_progress_bar()
+
+
 def _load_model(model: Any, *, device: str | None, dtype: Any) -> tuple[Any, str]:
     """The model on its device, and its name (the path or hub name it was loaded from)."""
     torch, transformers = _require_torch()
@@ -347,7 +367,8 @@ def _load_model(model: Any, *, device: str | None, dtype: Any) -> tuple[Any, str
         if dtype is not None:
             major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
             kwargs["dtype" if (major, minor) >= (4, 56) else "torch_dtype"] = dtype
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(name, **kwargs).eval()
+        with quiet_progress(enabled=os.path.isdir(name)):  # a local load is instant: its bar only clutters
+            loaded = transformers.AutoModelForCausalLM.from_pretrained(name, **kwargs).eval()
         device = device or "cpu"
     else:
         loaded = model
