@@ -66,6 +66,18 @@ def pocket_quick(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return path, build_pocket_model(path, PocketConfig.quick(), progress=False)
 
 
+@pytest.fixture(scope="session")
+def pocket_default(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The default pocket model (``PocketConfig()``, what ``pocket_model()`` builds), trained once per session.
+
+    About four minutes on two cores; returns ``(directory, BuildReport)``.
+    """
+    from scaffold.pocket import PocketConfig, build_pocket_model
+
+    path = tmp_path_factory.mktemp("pocket-default") / "model"
+    return path, build_pocket_model(path, PocketConfig(), progress=False)
+
+
 # -- stores: every store test runs on SQLite and on a real PostgreSQL server -----------------------
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Any]:

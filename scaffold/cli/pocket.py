@@ -47,7 +47,7 @@ def build(rebuild: bool, quick: bool, seed: int, cache_dir: Path | None) -> None
 
 @pocket.command("problems")
 @click.option("--n", "count", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True)
+@click.option("--split", type=click.Choice(["train", "validation", "test"]), default="test", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--digits", type=click.IntRange(min=1), help="Digits per operand (default 3, or the model's).")
 @click.option("--terms", type=click.IntRange(min=2), help="Operands per problem (default 3, or the model's).")
@@ -57,7 +57,7 @@ def build(rebuild: bool, quick: bool, seed: int, cache_dir: Path | None) -> None
               help="A JSONL file in the schema of the benchmark data (id, problem, answer, source).")
 def problems(count: int, split: str, seed: int, digits: int | None, terms: int | None, model_dir: Path | None,
              out: Path) -> None:
-    """Write pocket problems as JSONL (the train and test splits never share a problem)."""
+    """Write pocket problems as JSONL (the train, validation and test splits never share a problem)."""
     from scaffold.pocket import PocketTask, pocket_task
 
     try:

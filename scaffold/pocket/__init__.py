@@ -32,8 +32,9 @@ and the prompts need nothing.
 
 from scaffold.pocket.cache import cache_root, load_report, pocket_model, pocket_task
 from scaffold.pocket.config import BuildReport, PocketConfig
-from scaffold.pocket.evaluate import evaluate_pocket
+from scaffold.pocket.evaluate import PocketScores, evaluate_pocket, score_pocket
 from scaffold.pocket.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT, aggregate_prompt, solve_prompt
+from scaffold.pocket.regime import Regime
 from scaffold.pocket.task import PocketTask, split_of
 from scaffold.pocket.tokenizer import build_tokenizer
 from scaffold.pocket.train import build_pocket_model, format_report
@@ -56,7 +57,10 @@ __all__ = [
     "cache_root",
     "pocket_task",
     # measuring it
+    "Regime",
     "evaluate_pocket",
+    "score_pocket",
+    "PocketScores",
     "load_report",
     "format_report",
 ]

@@ -7,24 +7,31 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scaffold.pocket.regime import Regime
 from scaffold.pocket.task import PocketTask
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Bumped whenever the task text, prompts, tokenizer or training code change what a build produces."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class PocketConfig:
-    """Everything that decides a pocket model: task, model size, training schedule, stopping rule, evaluation.
+    """Everything that decides a pocket model: task, model size, training schedule, checkpoint selection.
 
-    Training is deterministic given ``seed`` and ``threads``: a number of steps decided by the
-    seed, never a wall-clock budget. Accuracy on this task stays near zero for a few hundred steps
-    and then climbs within a few dozen, so from ``check_from`` on, every ``check_every`` steps
-    (every ``check_every_close`` once climbing) the averaged model samples ``check_samples``
-    temperature-1 solutions for ``check_problems`` held-out problems (not the evaluation ones),
-    and training stops at the first check whose accuracy reaches ``stop_at``: the model lands in
-    the aggregation regime, right about 40% of the time, rather than wherever a time budget ended.
-    A build that reaches ``max_steps`` first keeps that model and says so.
+    Training is deterministic given ``seed`` and ``threads`` on one machine; on another CPU the
+    last bits of the arithmetic differ, so the checkpoint kept may differ, but the way it is chosen
+    keeps every build in the aggregation regime (:class:`~scaffold.pocket.Regime`):
+
+    1. *climb*: from ``check_from`` on, every ``check_every`` steps the weight average samples
+       ``check_samples`` temperature-1 solutions of ``check_problems`` validation problems;
+       once that pass@1 reaches ``own_from``, a share ``own_share`` of aggregation examples
+       read the model's own samples (see :mod:`scaffold.pocket.examples`);
+    2. *select*: once it reaches ``select_from``, the learning rate is scaled by
+       ``select_lr_scale`` and every ``select_every`` steps the average is checked against the
+       regime on ``select_problems`` validation problems (8 samples each, maj@4 and agg@4 on
+       their two groups of four); training ends when selection is done (see
+       :class:`~scaffold.pocket.regime.Selection`) or at ``max_steps``, and the build keeps the
+       chosen checkpoint.
 
     Example:
         >>> PocketConfig(hidden_size=64, max_steps=300).task.name
@@ -39,7 +46,8 @@ class PocketConfig:
     layers: int = 4
     heads: int = 4
     """Attention heads (of ``hidden_size / heads`` dimensions; vLLM's CPU attention takes 32 and up)."""
-    kv_heads: int = 2
+    kv_heads: int = 4
+    """Key/value heads (as many as ``heads``: grouped-query attention only adds copies at this size)."""
     intermediate_size: int = 256
     max_positions: int = 1024
     seed: int = 0
@@ -52,8 +60,13 @@ class PocketConfig:
     aggregate_batch_size: int = 8
     """Aggregation examples per aggregation step (each is about four times as long as a solving one)."""
     aggregate_every: int = 2
-    """Every this many steps, from ``aggregate_from`` on, is an aggregation step (0: none)."""
-    aggregate_from: int = 0
+    """Every this many steps is an aggregation step (0: none)."""
+    own_share: float = 0.5
+    """Share of aggregation examples whose candidates are the model's own samples (once ``own_from`` is reached)."""
+    own_from: float = 0.03
+    """The climb check's pass@1 from which the model's own samples are used."""
+    own_pool: int = 64
+    """Problems sampled at a time for own-candidate examples."""
     lr: float = 2e-3
     """AdamW's learning rate after a linear warm-up over ``warmup_steps``; constant afterwards."""
     warmup_steps: int = 50
@@ -61,13 +74,23 @@ class PocketConfig:
     ema_decay: float = 0.98
     """The model checked and kept is this exponential moving average of the trained weights."""
     check_from: int = 200
-    check_every: int = 50
-    check_every_close: int = 10
-    """How often to check once a check reached a quarter of ``stop_at``."""
+    check_every: int = 25
+    """How often the climb is checked once the model answers some problems (``own_from``); twice as seldom before."""
     check_problems: int = 64
     check_samples: int = 4
-    stop_at: float = 0.35
-    """Training stops at the first check whose accuracy (temperature 1) reaches this."""
+    select_from: float = 0.15
+    """The climb check's pass@1 at which selection starts."""
+    select_every: int = 10
+    select_problems: int = 96
+    select_lr_scale: float = 0.5
+    select_margin: float = 0.05
+    """How far inside every criterion of the regime an eligible checkpoint must be."""
+    select_after_eligible: int = 3
+    """Checks made after the first eligible one before selection ends."""
+    select_max_checks: int = 24
+    target_pass1: float = 0.38
+    """Of the eligible checkpoints, the one whose pass@1 is nearest this is kept."""
+    regime: Regime = field(default_factory=Regime)
     eval_problems: int = 200
     """Held-out problems the build evaluates the saved model on (always the same ones, seed 0)."""
     eval_samples: int = 8
@@ -76,15 +99,15 @@ class PocketConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> PocketConfig:
-        """A seconds-sized model (0.09M parameters, 2 × 2-digit sums, at most 400 steps) for tests and smoke runs.
+        """A seconds-sized model (0.14M parameters, 2 × 2-digit sums) for tests and smoke runs.
 
-        It learns its easier task well above chance in about 20 s on two cores, but it is not in
-        the aggregation regime the default model is built for.
+        Built by the same procedure as the default model in about 40 s on two cores, on an easier
+        task, with smaller checks (48 validation problems) and evaluation (64 problems).
         """
         values: dict[str, Any] = dict(
-            digits=2, terms=2, hidden_size=64, layers=2, heads=2, kv_heads=1, intermediate_size=128,
-            max_steps=400, aggregate_every=4, ema_decay=0.9, check_from=100, check_every=50, check_every_close=50,
-            check_problems=32, check_samples=2, stop_at=0.6, eval_problems=32,
+            digits=2, terms=2, hidden_size=64, layers=3, heads=2, kv_heads=2, intermediate_size=128,
+            max_steps=1500, ema_decay=0.9, check_from=100, check_problems=32, check_samples=2,
+            select_problems=48, eval_problems=64,
         )
         return cls(**{**values, **overrides})
 
@@ -116,9 +139,13 @@ class BuildReport:
     maj8: float
     maj4: float
     agg4: float
-    stopped: bool = True
-    """Whether a check reached ``stop_at`` (else training ran all ``max_steps``)."""
+    in_regime: bool = True
+    """Whether these held-out figures meet the config's :class:`~scaffold.pocket.Regime`."""
+    chosen_step: int = 0
+    """The step of the checkpoint kept (``steps`` is how many were trained in all)."""
     checks: tuple[tuple[int, float], ...] = ()
-    """(step, quick-check accuracy) of every check made while training."""
+    """(step, pass@1) of every climb check made while training."""
+    selection: tuple[tuple[int, dict[str, float]], ...] = ()
+    """(step, validation figures) of every regime check made while selecting."""
     eval: dict[str, float] = field(default_factory=dict)
     """Everything :func:`~scaffold.pocket.evaluate_pocket` returned."""

@@ -14,8 +14,10 @@ two-term additions in about half the steps a four-term sum in one go took), and 
 always has one digit more than the operands (``0704`` if need be, equal to 704 for math-verify),
 so every answer digit is copied from a fixed distance too.
 
-Problems fall into the ``"train"`` or the ``"test"`` split by a hash of their text, so the two
-splits never share a problem whatever seeds drew them. :meth:`PocketTask.slipped_solution`
+Problems fall into the ``"train"``, ``"validation"`` or ``"test"`` split by a hash of their text, so
+no two splits share a problem whatever seeds drew them. Training reads the train split only;
+choices made while training (which checkpoint to keep, which learning rate) read the validation
+split; figures are measured on the test split. :meth:`PocketTask.slipped_solution`
 writes wrong solutions the way a small model trained on this task gets them wrong (a miscopied
 answer digit, a running sum off by one, the rest consistent with it): the candidates aggregation
 is trained on.
@@ -32,13 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Split = Literal["train", "test"]
-"""``"train"`` problems are trained on; ``"test"`` problems never are."""
+Split = Literal["train", "validation", "test"]
+"""``"train"`` problems are trained on; ``"validation"`` problems choose between models; ``"test"`` ones measure."""
 
-TEST_BUCKETS = 2
-"""A problem is in the test split when the CRC-32 of its text modulo :data:`BUCKETS` is below this."""
+SPLITS: tuple[Split, ...] = ("train", "validation", "test")
 BUCKETS = 10
-"""So 20% of all problems of a task are test problems and 80% train problems."""
+"""A problem's bucket is the CRC-32 of its text modulo this."""
+SHARES: dict[str, int] = {"test": 2, "validation": 1, "train": 7}
+"""Buckets per split: 20% of all problems of a task are test problems, 10% validation, 70% train
+(buckets 0-1 test, 2 validation, the rest train)."""
 SOURCE = "pocket"
 """The ``source`` field of exported rows."""
 
@@ -47,10 +51,13 @@ def split_of(problem: str) -> Split:
     """The split a problem belongs to, decided by its text alone (stable across processes and machines).
 
     Example:
-        >>> split_of("482+915+307") in ("train", "test")
+        >>> split_of("482+915+307") in ("train", "validation", "test")
         True
     """
-    return "test" if zlib.crc32(problem.encode()) % BUCKETS < TEST_BUCKETS else "train"
+    bucket = zlib.crc32(problem.encode()) % BUCKETS
+    if bucket < SHARES["test"]:
+        return "test"
+    return "validation" if bucket < SHARES["test"] + SHARES["validation"] else "train"
 
 
 @dataclass(frozen=True)
@@ -146,10 +153,10 @@ class PocketTask:
         Deterministic given ``seed``; raises ``ValueError`` for an unknown split or when the split
         has fewer than ``n`` problems.
         """
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        available = self.space * TEST_BUCKETS // BUCKETS if split == "test" else self.space
-        if n > available * 0.9:  # a hash split is only roughly 20/80; stay clear of exhausting it
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {split!r}")
+        available = self.space * SHARES[split] // BUCKETS
+        if n > available * 0.9:  # a hash split is only roughly its share; stay clear of exhausting it
             raise ValueError(f"the {split} split of the {self.name} task has about {available} problems, asked {n}")
         rng = random.Random(f"pocket/{self.name}/{split}/{seed}")
         seen: dict[str, None] = {}

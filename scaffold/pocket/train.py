@@ -3,17 +3,16 @@
 The model is a small Qwen2 decoder with untied embeddings (vLLM's in-place weight updates skip a
 tied output layer) over the character tokenizer. Every ``aggregate_every``-th step trains on
 aggregation examples (problem + four candidates → the correct worked solution), the others on
-solving examples (problem → worked solution). The loss is on the answer and its closing
-``<|im_end|>`` only. Candidates are right, or wrong the way a small model trained on this task is
-wrong (:meth:`~scaffold.pocket.PocketTask.slipped_solution`: a miscopied answer digit, a running
-sum off by one, ...), the number of right ones drawn per example: trained on random noise instead,
-an aggregator learns to copy a candidate.
+solving examples (problem → worked solution); see :mod:`scaffold.pocket.examples` for where the
+candidates come from. The loss is on the answer and its closing ``<|im_end|>`` only.
 
 Where it departs from a plain fixed-length run: accuracy on this task stays near zero for a few
-hundred steps and then climbs within a few dozen, so the loop keeps an exponential moving average
-of the weights (which climbs smoothly where the raw weights jump about), checks it on held-out
-problems, and stops at the first check that reaches ``stop_at``. The stop depends on the seed,
-not on how fast the machine is.
+hundred steps and then climbs within a few dozen, at a step that depends on the seed and, through
+floating-point details, on the CPU. So the loop keeps an exponential moving average of the weights
+(which climbs smoothly where the raw weights jump about), watches its pass@1 on validation
+problems, and, while it crosses the band of the aggregation regime, checks it against every
+criterion of :class:`~scaffold.pocket.Regime` and keeps the best checkpoint
+(:class:`~scaffold.pocket.regime.Selection`). No wall-clock budget is involved anywhere.
 """
 
 from __future__ import annotations
@@ -24,59 +23,34 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from scaffold.backends.transformers import quiet_progress
 from scaffold.pocket.cache import REPORT
 from scaffold.pocket.config import FORMAT_VERSION, BuildReport, PocketConfig
-from scaffold.pocket.evaluate import check_accuracy, evaluate_pocket
-from scaffold.pocket.prompts import aggregate_prompt, encode_example, solve_prompt
+from scaffold.pocket.evaluate import check_accuracy, check_figures, evaluate_pocket
+from scaffold.pocket.examples import Example, Examples
+from scaffold.pocket.prompts import aggregate_prompt, encode_example
+from scaffold.pocket.regime import Selection
 from scaffold.pocket.task import PocketTask
 from scaffold.pocket.tokenizer import build_tokenizer
 
 EVAL_SEED = 0
 """Seed of the held-out evaluation problems (the same for every build, so builds compare)."""
 CHECK_SEED = 1
-"""Seed of the held-out problems the stopping check samples (the evaluation problems left out)."""
-CANDIDATES = 4
-"""Candidates per aggregation training example."""
-
-Example = tuple[list[int], int]
-"""Token ids of one example and the position its answer starts at."""
+"""Seed of the validation problems the build's checks read."""
 
 
-class Examples:
-    """An endless, seeded supply of tokenised training examples from the train split."""
+@dataclass
+class Trained:
+    """What :func:`train` did: steps taken, the climb checks, and the regime checks it chose from."""
 
-    def __init__(self, task: PocketTask, tokenizer: Any, seed: int) -> None:
-        self.task = task
-        self.tokenizer = tokenizer
-        self.rng = random.Random(f"pocket-train/{seed}")
-        self.problems = task.stream(self.rng, "train")
-
-    def solving(self, count: int) -> list[Example]:
-        """Problem → worked solution."""
-        out = []
-        for _ in range(count):
-            problem = next(self.problems)
-            out.append(encode_example(self.tokenizer, solve_prompt(problem), self.task.solution(problem)))
-        return out
-
-    def aggregation(self, count: int) -> list[Example]:
-        """Problem and four candidates (some right, the rest with one or two slips) → the worked solution."""
-        out = []
-        for _ in range(count):
-            problem = next(self.problems)
-            solution = self.task.solution(problem)
-            share_right = self.rng.uniform(0.0, 0.8)
-            candidates = [
-                solution if self.rng.random() < share_right
-                else self.task.slipped_solution(problem, self.rng, slips=1 if self.rng.random() < 0.75 else 2)
-                for _ in range(CANDIDATES)
-            ]
-            out.append(encode_example(self.tokenizer, aggregate_prompt(problem, candidates), solution))
-        return out
+    steps: int
+    chosen_step: int
+    checks: list[tuple[int, float]]
+    selection: Selection
 
 
 def build_pocket_model(
@@ -106,28 +80,33 @@ def build_pocket_model(
         model = new_model(config, tokenizer)
         params = sum(p.numel() for p in model.parameters())
         eval_rows = task.problems(config.eval_problems, seed=EVAL_SEED, split="test")
+        validation = task.problems(max(config.check_problems, config.select_problems), seed=CHECK_SEED,
+                                   split="validation")
         say(f"pocket: task {task.name}, {params / 1e6:.2f}M parameters, at most {config.max_steps} steps")
-        steps, checks = train(model, tokenizer, config, eval_rows, say)
+        trained = train(model, tokenizer, config, validation, say)
         train_seconds = time.perf_counter() - started
-        stopped = bool(checks) and checks[-1][1] >= config.stop_at
-        if not stopped:
-            say(f"pocket: no check reached {config.stop_at} in {config.max_steps} steps; keeping the last model")
         out = Path(out_dir)
         save(model, tokenizer, config, out)
         check_saved_tokenizer(tokenizer, out, task)
-        say(f"pocket: trained {steps} steps in {train_seconds:.0f} s; evaluating on {len(eval_rows)} problems")
-        with _quiet_transformers():
+        say(f"pocket: trained {trained.steps} steps in {train_seconds:.0f} s, kept step {trained.chosen_step}; "
+            f"evaluating on {len(eval_rows)} problems")
+        with quiet_progress():
             figures = evaluate_pocket(out, eval_rows, samples=config.eval_samples, k=config.eval_k, seed=config.seed)
     finally:
         torch.set_num_threads(threads)
     s, k = config.eval_samples, config.eval_k
+    held_out = {"pass1": figures["pass1"], "pass8": figures[f"pass{s}"], "maj8": figures[f"maj{s}"],
+                "maj4": figures[f"maj{k}"], "agg4": figures[f"agg{k}"]}
+    misses = config.regime.failures(held_out)
     report = BuildReport(
-        build_seconds=time.perf_counter() - started, train_seconds=train_seconds, steps=steps, params=params,
-        pass1=figures["pass1"], pass8=figures[f"pass{s}"], maj8=figures[f"maj{s}"], maj4=figures[f"maj{k}"],
-        agg4=figures[f"agg{k}"], stopped=stopped, checks=tuple(checks), eval=figures,
+        build_seconds=time.perf_counter() - started, train_seconds=train_seconds, steps=trained.steps, params=params,
+        **held_out, in_regime=not misses, chosen_step=trained.chosen_step, checks=tuple(trained.checks),
+        selection=tuple((c.step, c.figures) for c in trained.selection.checkpoints), eval=figures,
     )
     (out / REPORT).write_text(json.dumps(asdict(report), indent=2) + "\n")
     say(format_report(report))
+    if misses:
+        say("pocket: warning: held-out figures outside the aggregation regime: " + "; ".join(misses))
     return report
 
 
@@ -135,8 +114,8 @@ def format_report(report: BuildReport) -> str:
     """The figures of a build on a few lines."""
     e = report.eval
     return (
-        f"pocket: {report.steps} steps, {report.params / 1e6:.2f}M parameters, built in {report.build_seconds:.0f} s "
-        f"(training {report.train_seconds:.0f} s)\n"
+        f"pocket: kept step {report.chosen_step} of {report.steps}, {report.params / 1e6:.2f}M parameters, "
+        f"built in {report.build_seconds:.0f} s (training {report.train_seconds:.0f} s)\n"
         f"  held-out, {int(e.get('problems', 0))} problems, temperature 1: pass@1 {report.pass1:.3f}  "
         f"pass@8 {report.pass8:.3f}  maj@8 {report.maj8:.3f}  maj@4 {report.maj4:.3f}  "
         f"agg@4 (greedy, own samples) {report.agg4:.3f}\n"
@@ -163,45 +142,61 @@ def new_model(config: PocketConfig, tokenizer: Any) -> Any:
     return model
 
 
-def train(model: Any, tokenizer: Any, config: PocketConfig, eval_rows: list[dict[str, str]],
-          say: Callable[[str], None]) -> tuple[int, list[tuple[int, float]]]:
-    """The training loop; returns the steps taken and the (step, accuracy) of every check."""
+def train(model: Any, tokenizer: Any, config: PocketConfig, validation: list[dict[str, str]],
+          say: Callable[[str], None]) -> Trained:
+    """The training loop (see :class:`PocketConfig` for its two phases); leaves the kept weights in ``model``."""
     import torch
 
     task = config.task
-    examples = Examples(task, tokenizer, config.seed)
-    held = {row["problem"] for row in eval_rows}
-    check_rows = [r for r in task.problems(config.check_problems + len(eval_rows), seed=CHECK_SEED, split="test")
-                  if r["problem"] not in held][: config.check_problems]
+    examples = Examples(task, tokenizer, config.seed, own_share=config.own_share)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
                                   weight_decay=config.weight_decay)
     average = WeightAverage(model, config.ema_decay)
+    selection = Selection(config.regime, margin=config.select_margin, target_pass1=config.target_pass1,
+                          after_eligible=config.select_after_eligible, max_checks=config.select_max_checks)
     checks: list[tuple[int, float]] = []
+    accuracy, selecting = 0.0, False
     model.train()
     step, started = 0, time.perf_counter()
     for step in range(1, config.max_steps + 1):
-        # 1) a batch: every few steps an aggregation batch
+        # 1) the model's own candidates, once it answers some problems
+        if config.own_share > 0 and accuracy >= config.own_from and not examples.pool:
+            with average.swapped_in():
+                examples.refill(model, config.own_pool, seed=config.seed * 100_003 + step)
+        # 2) a batch: every few steps an aggregation batch
         every = config.aggregate_every
-        if every > 0 and step >= config.aggregate_from and step % every == 0:
+        if every > 0 and step % every == 0:
             batch = examples.aggregation(config.aggregate_batch_size)
         else:
             batch = examples.solving(config.batch_size)
-        # 2) the update, with a linear warm-up
-        loss = update(model, optimizer, batch, tokenizer.pad_token_id,
-                      config.lr * min(1.0, step / max(1, config.warmup_steps)))
+        # 3) the update: a linear warm-up, a lower rate while selecting
+        lr = config.lr * min(1.0, step / max(1, config.warmup_steps)) * (config.select_lr_scale if selecting else 1)
+        loss = update(model, optimizer, batch, tokenizer.pad_token_id, lr)
         average.update(step)
-        # 3) the stopping check, every few steps once accuracy starts to climb
-        climbing = bool(checks) and checks[-1][1] >= config.stop_at / 4
-        if step >= config.check_from and step % (config.check_every_close if climbing else config.check_every) == 0:
+        # 4) climb: pass@1 of the average; select: every criterion of the regime
+        elapsed = time.perf_counter() - started
+        if selecting and step % config.select_every == 0:
             with average.swapped_in():
-                accuracy = check_accuracy(model, tokenizer, task, check_rows, samples=config.check_samples,
-                                          seed=config.seed + step)
-            checks.append((step, accuracy))
-            say(f"  step {step:5d}  loss {loss:.3f}  check {accuracy:.3f}  {time.perf_counter() - started:.0f} s")
-            if accuracy >= config.stop_at:
+                figures = check_figures(model, tokenizer, task, validation[: config.select_problems],
+                                        seed=config.seed + step)
+            selection.add(step, figures, average.snapshot())
+            accuracy = figures["pass1"]
+            shown = "  ".join(f"{name} {figures[name]:.3f}" for name in ("pass1", "pass8", "maj8", "maj4", "agg4"))
+            say(f"  step {step:5d}  loss {loss:.3f}  {shown}  {elapsed:.0f} s")
+            if selection.done:
                 break
-    average.copy_to_model()
-    return step, checks
+        elif not selecting and step >= config.check_from and step % (
+                config.check_every * (1 if accuracy >= config.own_from else 2)) == 0:
+            with average.swapped_in():
+                accuracy = check_accuracy(model, tokenizer, task, validation[: config.check_problems],
+                                          samples=config.check_samples, seed=config.seed + step)
+            checks.append((step, accuracy))
+            say(f"  step {step:5d}  loss {loss:.3f}  pass1 {accuracy:.3f}  {elapsed:.0f} s")
+            selecting = accuracy >= config.select_from
+    chosen = selection.choose()
+    average.copy_to_model(chosen.weights if chosen is not None else None)
+    return Trained(steps=step, chosen_step=chosen.step if chosen is not None else step, checks=checks,
+                   selection=selection)
 
 
 class WeightAverage:
@@ -238,11 +233,16 @@ class WeightAverage:
             with torch.no_grad():
                 torch._foreach_copy_(self.params, saved)
 
-    def copy_to_model(self) -> None:
+    def snapshot(self) -> list[Any]:
+        """A copy of the averaged weights (for :meth:`copy_to_model` later)."""
+        return [p.clone() for p in self.average]
+
+    def copy_to_model(self, weights: list[Any] | None = None) -> None:
+        """Put the averaged weights (or a :meth:`snapshot` of them) into the model."""
         import torch
 
         with torch.no_grad():
-            torch._foreach_copy_(self.params, self.average)
+            torch._foreach_copy_(self.params, self.average if weights is None else weights)
 
 
 def update(model: Any, optimizer: Any, batch: list[Example], pad_id: int, lr: float) -> float:
@@ -290,23 +290,9 @@ def check_saved_tokenizer(tokenizer: Any, out: Path, task: PocketTask) -> None:
 def save(model: Any, tokenizer: Any, config: PocketConfig, out: Path) -> None:
     """Save model, tokenizer and ``scaffold.json`` into ``out`` (created if missing)."""
     out.mkdir(parents=True, exist_ok=True)
-    with _quiet_transformers():
+    with quiet_progress():
         model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     meta = {"kind": "pocket", "format": FORMAT_VERSION, "fingerprint": config.fingerprint(),
             "config": asdict(config)}
     (out / "scaffold.json").write_text(json.dumps(meta, indent=2) + "\n")
-
-
-@contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """No transformers progress bars for the duration (one tiny shard to write or read: they only clutter)."""
-    from transformers.utils import logging
-
-    shown = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if shown:
-            logging.enable_progress_bar()
