@@ -33,18 +33,24 @@ def rsa(
     model: str = "solver",
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
+    logprobs: bool = False,
+    aggregate_temperature: float | None = None,
 ) -> Any:
     """N samples, then T steps of N aggregations over random K-subsets; optionally a final vote.
+
+    ``logprobs=True`` records every call's token logprobs (what training on RSA rollouts needs);
+    ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the model's).
 
     Example:
         >>> from graphs import rsa
         >>> rsa.build().count_calls()  # the paper's N=16, K=4, T=10
         {'solver': 176}
     """
-    pop = sf.sample(prompt, model=model, n=population, name="step0")
+    pop = sf.sample(prompt, model=model, n=population, name="step0", logprobs=logprobs)
+    params = None if aggregate_temperature is None else {"temperature": float(aggregate_temperature)}
     for step in range(1, steps + 1):
         pop = sf.aggregate(pop, model=model, k=subset_size, n=population, prompt=aggregate_prompt,
-                           name=f"step{step}")
+                           name=f"step{step}", logprobs=logprobs, params=params)
     return sf.vote(pop, name="vote") if final_vote else pop
 
 

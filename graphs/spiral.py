@@ -54,8 +54,12 @@ def spiral(
     model: str = "solver",
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
+    aggregate_temperature: float | None = None,
 ) -> Any:
     """N1 search samples, K distinct n-subsets, N2 aggregations per subset, then a vote (for evaluation).
+
+    ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the
+    model's), so that a set's N2 aggregations can disagree and their set-relative credit is not 0.
 
     Example:
         >>> from graphs import spiral
@@ -65,7 +69,8 @@ def spiral(
     candidates = sf.sample(prompt, model=model, n=search, logprobs=True, name="search")
     subsets = sf.RandomSubsets(set_size, sets, distinct=True)
     aggregated = sf.aggregate(candidates, model=model, select=subsets, samples=aggregations,
-                              prompt=aggregate_prompt, logprobs=True, name="aggregate")
+                              prompt=aggregate_prompt, logprobs=True, name="aggregate",
+                              params=_temperature(aggregate_temperature))
     return sf.vote(aggregated, name="vote")
 
 
@@ -80,6 +85,7 @@ def agglm_data(
     aggregator: str = "solver",
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
+    aggregate_temperature: float | None = None,
 ) -> Any:
     """Samples split into consecutive sets of m, each aggregated; hard/easy selection happens at credit time.
 
@@ -90,5 +96,10 @@ def agglm_data(
     """
     drafts = sf.sample(prompt, model=model, n=samples, logprobs=True, name="samples")
     aggregated = sf.aggregate(drafts, model=aggregator, select=sf.Partition(set_size, drop_remainder=True),
-                              samples=aggregations, prompt=aggregate_prompt, logprobs=True, name="aggregate")
+                              samples=aggregations, prompt=aggregate_prompt, logprobs=True, name="aggregate",
+                              params=_temperature(aggregate_temperature))
     return sf.vote(aggregated, name="vote")
+
+
+def _temperature(value: float | None) -> dict[str, float] | None:
+    return None if value is None else {"temperature": float(value)}

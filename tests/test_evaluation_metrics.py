@@ -212,3 +212,21 @@ def test_majority_cluster_gain_by_cluster_size_and_bad_input():
         majority_cluster_gain([(1.5, True, True)])
     with pytest.raises(ValueError, match="increasing"):
         majority_cluster_gain([], [0.5, 0.25])
+
+
+def test_seeds_bootstrap_covers_the_spread_between_runs_as_well_as_problems() -> None:
+    """Identical runs give the problems-only interval's width; runs that disagree widen it; constants give 0."""
+    from scaffold.evaluation import seeds_bootstrap_ci
+
+    problems = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0] * 4
+    same = seeds_bootstrap_ci([problems, problems, problems], resamples=800, seed=1)
+    shifted = [[min(1.0, v + d) for v in problems] for d in (0.0, 0.5, 1.0)]
+    spread = seeds_bootstrap_ci(shifted, resamples=800, seed=1)
+    assert same[0] == pytest.approx(0.6) and same[1] < 0.6 < same[2]
+    assert spread[2] - spread[1] > 1.2 * (same[2] - same[1]) and spread[1] < spread[0] < spread[2]
+    assert seeds_bootstrap_ci([[0.5, 0.5], [0.5, 0.5]]) == (0.5, 0.5, 0.5)
+    assert seeds_bootstrap_ci(shifted, resamples=800, seed=1) == spread  # seeded
+    with pytest.raises(ValueError, match="every run"):
+        seeds_bootstrap_ci([[1.0, 0.0], [1.0]])
+    with pytest.raises(ValueError):
+        seeds_bootstrap_ci([])

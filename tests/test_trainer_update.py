@@ -46,16 +46,20 @@ def rollouts(pocket_dir: Path) -> list[Credited]:
     """
     backend = TransformersBackend(pocket_dir)
     items: list[Credited] = []
-    for number, row in enumerate(PocketTask(digits=2, terms=2).problems(2, seed=3, split="train")):
+    for number, row in enumerate(PocketTask(digits=2, terms=2).problems(12, seed=3, split="train")):
         request = Request(messages=(("user", solve_prompt(row["problem"])),), n=12, logprobs=True,
                           params={"temperature": 1.0, "max_tokens": 48}, seed=number)
         completions = asyncio.run(backend.complete(request))
         distinct = sorted({c.token_ids: c for c in completions}.values(), key=lambda c: -sum(c.logprobs or ()))
-        assert len(distinct) >= 2
+        if len(distinct) < 2:  # the model is sure of this one: no pair to pull apart
+            continue
         for advantage, c in zip((-1.0, 1.0), distinct, strict=False):
             assert c.token_ids is not None and c.logprobs is not None
             items.append(Credited(trace(request, len(items), c.token_ids, c.logprobs), advantage, group=str(number)))
+        if len(items) == 4:
+            break
     backend.close()
+    assert len(items) == 4
     return items
 
 

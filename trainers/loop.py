@@ -143,12 +143,15 @@ def train_online(
     store: Any = DEFAULT,
     progress: bool = True,
     on_step: Callable[[StepMetrics], None] | None = None,
+    until: Callable[[Sequence[StepMetrics]], bool] | None = None,
 ) -> list[StepMetrics]:
     """Train ``policy`` on its own rollouts of ``graph`` over ``rows`` (dicts with ``problem`` and ``answer``).
 
     ``engine`` is the rollout backend (default: ``policy.backend()``, which shares the live
     weights; a separate engine such as :class:`~scaffold.VLLMBackend` is refreshed after every
-    update). Every rollout is recorded in ``store`` with its rewards. Returns the step metrics.
+    update). Every rollout is recorded in ``store`` with its rewards. ``on_step`` sees each step's
+    metrics; ``until(history)`` returning true ends training after that step (besides
+    ``config.steps`` and ``config.token_budget``). Returns the step metrics.
 
     Example:
         >>> from trainers import Policy, train_online  # doctest: +SKIP
@@ -198,7 +201,8 @@ def train_online(
         accuracy = sum(sf.equivalent(r.answer, a) for r, a in zip(results, answers)) / max(len(results), 1)
         metrics = _with(metrics, reward_mean=_mean(rewards_seen) or 0.0, accuracy=accuracy,
                         extra={**dict(metrics.extra), "rollout_s": round(rollout_s, 3), "sampled_tokens": sampled,
-                               "trained_traces": len(items), "rollout_traces": len(rewards_seen)})
+                               "trained_traces": len(items), "rollout_traces": len(rewards_seen),
+                               "roles": _with_answers(metrics.extra.get("roles", {}), items)})
         history.append(metrics)
         _log(log, metrics)
         if on_step is not None:
@@ -208,11 +212,22 @@ def train_online(
             bar.set_postfix(reward=f"{metrics.reward_mean:.3f}", acc=f"{accuracy:.2f}", loss=f"{metrics.loss:.4f}")
         if config.checkpoint_dir and config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
             policy.save(config.checkpoint_dir)
+        if until is not None and until(history):
+            break
     if bar is not None:
         bar.close()
     if config.checkpoint_dir:
         policy.save(config.checkpoint_dir)
     return history
+
+
+def _with_answers(roles: Mapping[str, Mapping[str, Any]], items: Sequence[Credited]) -> dict[str, dict[str, Any]]:
+    """Per-role metrics plus the share of trained traces with an extracted answer (does a role's format drift?)."""
+    out = {role: dict(values) for role, values in roles.items()}
+    for role, values in out.items():
+        members = [item for item in items if item.role == role]
+        values["answered"] = sum(item.trace.answer is not None for item in members) / max(len(members), 1)
+    return out
 
 
 async def _rollouts(graph: sf.Graph, batch: list[Mapping[str, Any]], models: Mapping[str, Any], config: LoopConfig,

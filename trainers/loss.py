@@ -74,8 +74,7 @@ def policy_loss(
     per_token = -torch.minimum(unclipped, clipped)
     kl = torch.zeros_like(per_token)
     if ref_logprobs_BT is not None:
-        log_ratio = (ref_logprobs_BT - new_logprobs_BT) * mask
-        kl = torch.exp(log_ratio) - log_ratio - 1.0
+        kl = k3(ref_logprobs_BT, new_logprobs_BT, mask)
         if kl_coef > 0:
             per_token = per_token + kl_coef * kl
 
@@ -97,3 +96,17 @@ def policy_loss(
             "tokens": float(tokens),
         }
     return loss, metrics
+
+
+def k3(ref_logprobs_BT: torch.Tensor, new_logprobs_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimate of KL(new || ref) per token: ``exp(ref - new) - (ref - new) - 1`` (0 where masked).
+
+    Example:
+        >>> import torch
+        >>> k3(torch.tensor([[-1.0]]), torch.tensor([[-1.0]]), torch.tensor([[1.0]])).item()
+        0.0
+    """
+    import torch
+
+    log_ratio = (ref_logprobs_BT - new_logprobs_BT) * mask_BT
+    return torch.exp(log_ratio) - log_ratio - 1.0

@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scaffold.backends.transformers import quiet_progress
 from trainers.batch import collate
-from trainers.loss import Normalise, policy_loss, token_logprobs
+from trainers.loss import Normalise, k3, policy_loss, token_logprobs
 from trainers.types import Credited, StepMetrics, TrainBatch
 
 if TYPE_CHECKING:
@@ -70,6 +71,11 @@ class PolicyConfig:
     clip_high: float = 0.2
     kl_coef: float = 0.0
     """Weight of the k3 KL estimate to the starting weights; above 0 a frozen reference model is kept."""
+    measure_kl: bool = False
+    """Keep the reference model and report the KL to it (overall and per role) even when ``kl_coef`` is 0."""
+    measure_kl_every: int = 1
+    """When the KL is only measured (``kl_coef`` 0), score the reference on every this-many-th trace only
+    (an unbiased estimate at a fraction of the cost; the reference forward pass is a third of an update's)."""
     normalise: Normalise = "token"
     lora: LoraSettings | None = None
     """``None``: full fine-tuning."""
@@ -101,7 +107,27 @@ class _Totals:
     kl: float = 0.0
     clipped: float = 0.0
     ratio: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
+    kl_tokens: float = 0.0
+    roles: dict[str, list[float]] = field(default_factory=dict)
+    """Per role: [completion tokens, summed token entropy, tokens the KL was measured on, summed token k3 KL]."""
+
+    def add_entropy(self, micro: TrainBatch, entropy_BT: Any) -> None:
+        tokens = micro.completion_mask_BT.sum(-1).tolist()
+        entropy = (entropy_BT * micro.completion_mask_BT).sum(-1).tolist()
+        for role, t, e in zip(micro.roles, tokens, entropy):
+            sums = self.roles.setdefault(role, [0.0, 0.0, 0.0, 0.0])
+            sums[0] += t
+            sums[1] += e
+
+    def add_kl(self, micro: TrainBatch, kl_BT: Any) -> None:
+        tokens = micro.completion_mask_BT.sum(-1).tolist()
+        kl = (kl_BT * micro.completion_mask_BT).sum(-1).tolist()
+        for role, t, k in zip(micro.roles, tokens, kl):
+            sums = self.roles.setdefault(role, [0.0, 0.0, 0.0, 0.0])
+            sums[2] += t
+            sums[3] += k
+            self.kl_tokens += t
+            self.kl += k
 
 
 class Policy:
@@ -129,7 +155,8 @@ class Policy:
         lora = self.config.lora
         weights = Path(_weights) if _weights is not None else self.model_dir
         base_weights = self.model_dir if lora is not None else weights
-        model: Any = AutoModelForCausalLM.from_pretrained(base_weights, dtype=torch.float32)
+        with quiet_progress(enabled=Path(base_weights).is_dir()):
+            model: Any = AutoModelForCausalLM.from_pretrained(base_weights, dtype=torch.float32)
         if lora is not None:
             from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -144,8 +171,9 @@ class Policy:
         self.pad_id: int = next(i for i in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0)
                                 if i is not None)
         self.reference: Any = None
-        if self.config.kl_coef > 0:
-            self.reference = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        if self.config.kl_coef > 0 or self.config.measure_kl:
+            with quiet_progress(enabled=self.model_dir.is_dir()):
+                self.reference = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
             self.reference = self.reference.to(self.config.device).eval()
             self.reference.requires_grad_(False)
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
@@ -175,14 +203,22 @@ class Policy:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         totals = _Totals()
-        for rows in self._micro_batches(len(items)):
+        for rows in self._micro_batches(len(items), batch.attention_mask_BT.sum(-1).tolist()):
             micro = _select(batch, rows)
             # 2) score the recorded tokens under the current (and reference) weights
             new_logprobs, entropy = token_logprobs(self.model, micro)
+            totals.add_entropy(micro, entropy.detach())
             ref_logprobs = None
             if self.reference is not None:
-                with torch.no_grad():
-                    ref_logprobs, _ = token_logprobs(self.reference, micro)
+                every = 1 if config.kl_coef > 0 else config.measure_kl_every
+                scored = [j for j, row in enumerate(rows) if row % every == 0]
+                if scored:
+                    measured_rows = micro if len(scored) == len(rows) else _select(micro, scored)
+                    with torch.no_grad():
+                        ref_scored, _ = token_logprobs(self.reference, measured_rows)
+                        mine = new_logprobs.detach()[scored, : ref_scored.shape[1]]
+                        totals.add_kl(measured_rows, k3(ref_scored, mine, measured_rows.completion_mask_BT))
+                    ref_logprobs = ref_scored if config.kl_coef > 0 else None
             # 3) the clipped loss, weighted by this micro-batch's share of the step
             loss, measured = policy_loss(new_logprobs, micro.old_logprobs_BT, micro.advantages_B,
                                          micro.completion_mask_BT, clip_low=config.clip_low,
@@ -194,7 +230,6 @@ class Policy:
             token_share = micro.tokens / max(total_tokens, 1)
             totals.loss += float(loss.detach()) * share
             totals.entropy += float((entropy.detach() * micro.completion_mask_BT).sum()) / max(total_tokens, 1)
-            totals.kl += measured["kl"] * token_share
             totals.clipped += measured["clip_fraction"] * token_share
             totals.ratio += measured["ratio_mean"] * token_share
         # 4) clip the gradient norm and step
@@ -205,14 +240,17 @@ class Policy:
         self.steps_done += 1
         elapsed = time.perf_counter() - started
         return _metrics(self.steps_done, items, batch, totals, elapsed,
-                        kl=totals.kl if self.reference is not None else None,
-                        extra={"grad_norm": float(norm), "ratio_mean": totals.ratio, "seconds": elapsed})
+                        kl=totals.kl / max(totals.kl_tokens, 1) if self.reference is not None else None,
+                        extra={"grad_norm": float(norm), "ratio_mean": totals.ratio, "seconds": elapsed,
+                               "roles": _role_metrics(items, totals, measured_kl=self.reference is not None)})
 
-    def _micro_batches(self, rows: int) -> list[list[int]]:
+    def _micro_batches(self, rows: int, lengths: Sequence[int] | None = None) -> list[list[int]]:
+        """Row indices per micro-batch; with ``lengths``, rows of similar length go together (less padding)."""
         size = self.config.micro_batch_size or rows
         count = min(rows, max(self.config.grad_accumulation, -(-rows // size)))
         bounds = [round(i * rows / count) for i in range(count + 1)]
-        return [list(range(bounds[i], bounds[i + 1])) for i in range(count)]
+        order = sorted(range(rows), key=lambda i: lengths[i]) if lengths is not None else list(range(rows))
+        return [order[bounds[i]:bounds[i + 1]] for i in range(count)]
 
     # -- checkpoints --------------------------------------------------------------------------------
 
@@ -308,7 +346,8 @@ class Policy:
         if self.config.lora is None:
             self.model.save_pretrained(path)
         else:
-            plain = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+            with quiet_progress(enabled=self.model_dir.is_dir()):
+                plain = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
             plain.load_state_dict(self.merged_weights())
             plain.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
@@ -336,7 +375,7 @@ def _select(batch: TrainBatch, rows: list[int]) -> TrainBatch:
 
 
 def _metrics(step: int, items: Sequence[Credited], batch: TrainBatch, totals: _Totals, elapsed: float, *,
-             kl: float | None, extra: dict[str, float]) -> StepMetrics:
+             kl: float | None, extra: dict[str, Any]) -> StepMetrics:
     advantages = batch.advantages_B
     rewards = [item.reward for item in items if item.reward is not None]
     return StepMetrics(
@@ -354,6 +393,22 @@ def _metrics(step: int, items: Sequence[Credited], batch: TrainBatch, totals: _T
         tokens_per_s=batch.tokens / elapsed if elapsed > 0 else 0.0,
         extra=extra,
     )
+
+
+def _role_metrics(items: Sequence[Credited], totals: _Totals, *, measured_kl: bool) -> dict[str, dict[str, Any]]:
+    """Per role: traces, share with advantage 0 (no gradient signal), mean |advantage|, token entropy and KL."""
+    out: dict[str, dict[str, Any]] = {}
+    for role in sorted({item.role for item in items}):
+        advantages = [abs(item.advantage) for item in items if item.role == role]
+        tokens, entropy, kl_tokens, kl = totals.roles.get(role, [0.0, 0.0, 0.0, 0.0])
+        out[role] = {
+            "traces": len(advantages),
+            "zero_advantage": sum(a < 1e-9 for a in advantages) / len(advantages),
+            "advantage_abs_mean": sum(advantages) / len(advantages),
+            "entropy": entropy / tokens if tokens else 0.0,
+            "kl": (kl / kl_tokens if kl_tokens else None) if measured_kl else None,
+        }
+    return out
 
 
 def _jsonable(value: Any) -> Any:

@@ -8,14 +8,15 @@ from typing import Any
 
 import click
 
-TOPOLOGIES = ("spiral", "grpo", "agglm")
+TOPOLOGIES = ("spiral", "spiral_rsa", "grpo", "agglm", "aggregator_only")
 
 
 @click.command("train")
 @click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A save_pretrained model directory to train (default: the pocket model, built if needed).")
 @click.option("--topology", type=click.Choice(TOPOLOGIES), default="spiral", show_default=True,
-              help="spiral: search + aggregation, set-RL credit; grpo: groups of samples; agglm: aggregator only.")
+              help="spiral: search + aggregation, set-RL credit; spiral_rsa: RSA rollouts, multi-level set-RL credit; "
+                   "grpo: groups of samples; agglm (aggregator_only): the aggregator only (see trainers.recipes).")
 @click.option("--data", type=click.Path(dir_okay=False, path_type=Path),
               help="Training problems: JSONL with 'problem' and 'answer' (default: pocket training problems).")
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
@@ -51,11 +52,11 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
       scaffold train --model ./my-model --data train.jsonl --prompts generic --lora-rank 16
       scaffold --store runs.db train --offline --graph spiral --data train.jsonl
     """
-    import graphs
     from scaffold.data import load_problems
     from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_model, pocket_task
     from trainers.loop import LoopConfig, train_offline, train_online
     from trainers.policy import CHECKPOINT_FILE, LoraSettings, Policy, PolicyConfig
+    from trainers.recipes import recipe
 
     pocket = model_dir is None
     if model_dir is not None and not (model_dir / "config.json").is_file():
@@ -68,7 +69,6 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
     else:
         raise click.UsageError("--data is needed to train a model other than the pocket model")
     use_pocket_prompts = (prompts or ("pocket" if pocket else "generic")) == "pocket"
-    prompt_params = ({"prompt": SOLVE_PROMPT, "aggregate_prompt": AGGREGATE_PROMPT} if use_pocket_prompts else {})
     checkpoint = out / "checkpoint"
     lora = LoraSettings(rank=lora_rank, alpha=2 * lora_rank) if lora_rank else None
     config = PolicyConfig(lr=lr, lora=lora, kl_coef=kl_coef, seed=seed)
@@ -77,7 +77,9 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
         click.echo(f"resumed from {checkpoint} at step {policy.steps_done}")
     else:
         policy = Policy(base, config)
-    graph, loop_options = _topology(graphs, topology, prompt_params)
+    chosen = (recipe(topology, prompt=SOLVE_PROMPT, aggregate_prompt=AGGREGATE_PROMPT) if use_pocket_prompts
+              else recipe(topology))
+    graph, loop_options = chosen.graph, chosen.loop_options
     loop = LoopConfig(steps=steps, problems_per_step=problems_per_step, seed=seed, log_path=str(out / "log.jsonl"),
                       checkpoint_dir=str(checkpoint), checkpoint_every=5,
                       sampling={"temperature": 1.0, "max_tokens": 128 if pocket else 1024}, **loop_options)
@@ -92,13 +94,3 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
         click.echo(json.dumps({"step": last.step, "reward_mean": last.reward_mean, "accuracy": last.accuracy,
                                "loss": round(last.loss, 5)}))
     click.echo(f"trained model: {exported}  (log: {out / 'log.jsonl'})")
-
-
-def _topology(graphs: Any, name: str, prompts: dict[str, str]) -> tuple[Any, dict[str, Any]]:
-    solve = {k: v for k, v in prompts.items() if k == "prompt"}
-    if name == "grpo":
-        return graphs.grpo_group.build(samples=8, **solve), {"scheme": "grpo"}
-    if name == "agglm":
-        return (graphs.agglm_data.build(samples=8, set_size=4, aggregations=4, **prompts),
-                {"scheme": "grpo", "roles": ("aggregate",), "easy_fraction": 0.5})
-    return graphs.spiral.build(**prompts), {"scheme": "spiral"}

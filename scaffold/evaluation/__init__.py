@@ -27,6 +27,7 @@ from scaffold.evaluation.metrics import (
     mean_pass_at_k,
     pass_at_k,
     pass_at_k_curve,
+    seeds_bootstrap_ci,
 )
 from scaffold.evaluation.plots import (
     BudgetPoint,
@@ -70,6 +71,7 @@ __all__ = [
     "MAX_ENUMERATED_SUBSETS",
     # uncertainty
     "bootstrap_ci",
+    "seeds_bootstrap_ci",
     # aggregator analysis (AggLM Figure 4)
     "majority_cluster_gain",
     "MajorityRow",

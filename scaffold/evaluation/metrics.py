@@ -203,6 +203,48 @@ def bootstrap_ci(
     return float(statistic(data)), _percentile(stats, tail), _percentile(stats, 1 - tail)
 
 
+def seeds_bootstrap_ci(
+    scores: Sequence[Sequence[float]],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``(mean, low, high)`` over runs and problems: ``scores[r][p]`` is run ``r``'s score on problem ``p``.
+
+    A two-level percentile bootstrap for experiments repeated over training seeds on one set of
+    problems: each resample draws the runs with replacement and, independently, the problems with
+    replacement (the same problems for every run drawn, since every run saw the same ones), so the
+    interval covers both the seed-to-seed spread of training and the sampling of problems. With
+    one run it is :func:`bootstrap_ci` over problems. For a paired difference between two
+    methods, pass the differences ``a[r][p] - b[r][p]``.
+
+    Example:
+        >>> mean, low, high = seeds_bootstrap_ci([[1, 0, 1, 1], [1, 1, 0, 1]], resamples=500)
+        >>> mean, low <= mean <= high
+        (0.75, True)
+    """
+    if not scores or not scores[0]:
+        raise ValueError("seeds_bootstrap_ci() over no scores")
+    problems = len(scores[0])
+    if any(len(run) != problems for run in scores):
+        raise ValueError("every run needs a score for every problem")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check_int("resamples", resamples, 1)
+    data = [[float(v) for v in run] for run in scores]
+    rng = random.Random(seed)
+    runs = range(len(data))
+    stats = []
+    for _ in range(resamples):
+        chosen_runs = rng.choices(runs, k=len(data))
+        chosen_problems = rng.choices(range(problems), k=problems)
+        stats.append(fmean(data[r][p] for r in chosen_runs for p in chosen_problems))
+    stats.sort()
+    tail = (1 - confidence) / 2
+    return fmean(v for run in data for v in run), _percentile(stats, tail), _percentile(stats, 1 - tail)
+
+
 @dataclass(frozen=True, slots=True)
 class MajorityRow:
     """One problem for :func:`majority_cluster_gain`."""

@@ -1,0 +1,84 @@
+"""The training recipes compared by the SPIRAL experiment: a rollout graph and how its traces are credited.
+
+Every recipe samples problems with the current policy, rewards each model trace by its own
+answer, credits and updates (see :mod:`trainers.loop`); they differ in what a rollout is and
+which traces get a gradient:
+
+- ``grpo``: ``samples`` solutions of the problem, each credited by its reward against the
+  group's mean (GRPO). Nothing is aggregated, so nothing aggregates in training.
+- ``aggregator_only``: the AggLM recipe: ``samples`` solutions split into sets of ``set_size``,
+  each set aggregated ``aggregations`` times; only aggregations are trained, those of every
+  hard set (majority wrong) and half the easy ones, each against the others of its set.
+- ``spiral``: two-level set-RL: ``samples`` search solutions, ``sets`` distinct subsets of
+  ``set_size``, ``aggregations`` per set (8 + 4 x 4 = 24 rollouts by default, the paper's);
+  search traces are credited by the mean advantage of the sets they joined, aggregations
+  against their set (:func:`trainers.credit.spiral`).
+- ``spiral_rsa``: the rollout is Recursive Self-Aggregation itself (population ``samples``,
+  subsets of ``set_size``, ``rsa_steps`` steps: 8 + 2 x 8 = 24 calls), credited with the
+  multi-level SPIRAL rule through its recorded lineage.
+
+Aggregations are sampled at ``aggregate_temperature`` (``None``: the loop's temperature), so
+that the aggregations of one set can disagree and their set-relative advantages are not all 0.
+
+Example:
+    >>> r = recipe("spiral")
+    >>> r.graph.count_calls(), r.loop_options["scheme"]
+    ({'solver': 24}, 'spiral')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import graphs
+import scaffold as sf
+from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
+
+METHODS = ("grpo", "aggregator_only", "spiral", "spiral_rsa")
+"""The recipes, by name."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A recipe's rollout graph and the :class:`~trainers.LoopConfig` fields that credit it."""
+
+    name: str
+    graph: sf.Graph
+    loop_options: dict[str, Any]
+    """``scheme``, and for the aggregator-only recipe ``roles`` and ``easy_fraction``."""
+
+
+def recipe(
+    name: str,
+    *,
+    prompt: str = SOLVE_PROMPT,
+    aggregate_prompt: str = AGGREGATE_PROMPT,
+    aggregate_temperature: float | None = None,
+    samples: int = 8,
+    set_size: int = 4,
+    sets: int = 4,
+    aggregations: int = 4,
+    rsa_steps: int = 2,
+) -> Recipe:
+    """The recipe ``name`` (one of :data:`METHODS`; ``"agglm"`` is the aggregator-only one) with these sizes.
+
+    Raises ``ValueError`` for an unknown name.
+    """
+    temperature = {"aggregate_temperature": aggregate_temperature}
+    prompts = {"prompt": prompt, "aggregate_prompt": aggregate_prompt}
+    if name == "grpo":
+        return Recipe(name, graphs.grpo_group.build(samples=samples, prompt=prompt), {"scheme": "grpo"})
+    if name in ("aggregator_only", "agglm"):
+        graph = graphs.agglm_data.build(samples=samples, set_size=set_size, aggregations=aggregations,
+                                        **prompts, **temperature)
+        return Recipe("aggregator_only", graph, {"scheme": "grpo", "roles": ("aggregate",), "easy_fraction": 0.5})
+    if name == "spiral":
+        graph = graphs.spiral.build(search=samples, sets=sets, set_size=set_size, aggregations=aggregations,
+                                    **prompts, **temperature)
+        return Recipe(name, graph, {"scheme": "spiral"})
+    if name == "spiral_rsa":
+        graph = graphs.rsa.build(population=samples, subset_size=set_size, steps=rsa_steps, logprobs=True,
+                                 **prompts, **temperature)
+        return Recipe(name, graph, {"scheme": "spiral"})
+    raise ValueError(f"unknown recipe {name!r}; choose from {', '.join(METHODS)}")
