@@ -1,30 +1,58 @@
-"""The SPIRAL experiment on the pocket model: GRPO vs aggregator-only (AggLM) vs SPIRAL at equal sampled tokens.
+"""The SPIRAL experiment: does set-RL on recorded graphs make the *graph* better than GRPO on single samples?
 
-Each method starts from the same pocket model and trains (full fine-tuning, AdamW) on its own
-rollouts of training problems until its rollouts have sampled the same number of completion
-tokens:
+Protocol (written before the runs it describes; nothing below was tuned on held-out problems):
 
-  - ``grpo``: groups of single samples, each credited by its reward against its group (GRPO);
-  - ``aggregator_only``: the AggLM recipe: samples split into sets of 4, each set aggregated
-    several times; only the aggregations of hard sets (majority wrong) and half the easy ones
-    are trained, credited against the other aggregations of their set;
-  - ``spiral``: 8 search samples, 4 distinct sets of 4, 4 aggregations per set (24 rollouts),
-    credited end to end with SPIRAL's set advantages.
+- **Base model**: the pocket model (``scaffold.pocket``, default config, seed 0) as built on the
+  machine that runs this; its build figures are reported under ``regime``.
+- **Problems**: training rows are 4,000 train-split problems (seed 1); learning rates are chosen on
+  100 validation-split problems (seed 1); results are measured on 200 test-split problems
+  (seed 0), read only after every model is trained. The three splits never share a problem.
+- **Methods** (:mod:`trainers.recipes`), all full fine-tuning from the same weights (AdamW, gradient
+  norm clipped at 1, PPO clip 0.2, token-normalised loss, no KL penalty but the KL to the start
+  measured), 16 problems per step, solutions sampled at temperature 1 and training aggregations at
+  ``--aggregate-temperature`` (1.0):
+  ``grpo`` (8 samples per problem, GRPO), ``aggregator_only`` (the AggLM recipe: 8 samples, 2 sets
+  of 4, 4 aggregations per set, hard sets and half the easy ones trained), ``spiral`` (8 search
+  samples, 4 distinct sets of 4, 4 aggregations per set: 24 rollouts, two-level SPIRAL credit) and
+  ``spiral_rsa`` (rollouts are RSA runs N=8 K=4 T=2: 24 calls, multi-level SPIRAL credit).
+- **Two budgets from one run per method and seed**: *equal sampled tokens*, the weights after the
+  first step at which the rollouts have sampled ``--budget`` (210,000) completion tokens; *equal
+  optimiser steps*, the weights after ``--equal-steps`` (9) steps, the steps ``spiral`` takes to
+  sample that budget. A run goes on until both are reached; the two checkpoints are copies of its
+  weights, so neither budget costs another run.
+- **Learning rate**: per method, the best of ``--lrs`` (3e-5, 1e-4, 3e-4) by RSA accuracy on the
+  validation problems at the equal-token checkpoint of the first seed (ties: agg@4, then the
+  smaller rate). The runs of that seed are the sweep's own runs; the other seeds train at the
+  chosen rate.
+- **Seeds**: 0, 1, 2 (the seed orders the training problems and seeds every sampled choice). Every
+  seed is reported.
+- **Metrics** on the held-out problems, each model sampled with the same evaluation seed: 8
+  solutions per problem at temperature 1 give ``pass1``, ``pass8``, ``maj4`` (each half of the 8,
+  averaged) and ``maj8``; ``agg4`` is the model aggregating those same two groups of 4 greedily;
+  ``rsa`` is Recursive Self-Aggregation (N=8, K=4, T=2, temperature 1, final vote) from those same
+  8 samples. 95% intervals: a two-level bootstrap over seeds and problems
+  (:func:`scaffold.evaluation.seeds_bootstrap_ci`); differences between methods are paired by
+  seed and problem.
+- **Per step** (logs in ``--out``, one JSONL per method and seed): per role, the share of traces
+  with advantage 0, mean |advantage|, token entropy, KL to the start and the share of traces with an
+  answer (format drift).
+- **Targets**: ``spiral`` and ``spiral_rsa`` under RSA beat ``grpo`` under RSA by >= 0.05 at equal
+  tokens; the trained aggregator beats the same model's vote, ``agg4 >= maj4 + 0.05``.
 
-Before and after, on the same held-out problems: ``pass1`` (one sample at temperature 1),
-``maj4`` (majority of 4 samples), ``agg4`` (the model aggregating those 4, greedily) and ``rsa``
-(Recursive Self-Aggregation N=8, K=4, T=2, final vote). Prints a table, writes a plot of
-before/after per method (``--plot``) and a JSONL log per method, and ends with one JSON line:
-``{"bench": "train_spiral", "results": {method: {"before": {...}, "after": {...}, "sampled_tokens": n}}}``.
+``--quick`` (under 10 minutes on 2 cores) runs one seed, no sweep (each method at the rate the
+full run chose, :data:`QUICK_LRS`), a smaller budget and 100 held-out problems, and prints its
+intervals too (over problems only). On a GPU, ``--device cuda --engine vllm`` trains on the GPU and
+rolls out with an in-process vLLM engine refreshed after every update
+(``examples/gpu/train_spiral_gpu.sh``).
 
-``--quick`` runs a reduced version (fewer held-out problems, a smaller budget) in under 10 minutes
-on 2 cores. On a GPU, ``--device cuda --engine vllm`` trains on the GPU and rolls out with an
-in-process vLLM engine refreshed with the new weights after every update
-(``examples/gpu/train_spiral_gpu.sh`` is the prepared run).
+Ends with one JSON line: ``bench``, ``results`` / ``results_equal_steps`` (method → ``before`` /
+``after`` → metric → mean over seeds), ``ci95`` / ``ci95_equal_steps`` (the same shape, half-widths),
+``differences`` (paired, with intervals), ``seeds``, ``budget_tokens``, ``equal_steps``, ``steps``
+(method → mean steps at equal tokens), ``lr`` (method → rate), ``sweep`` (method → rate →
+validation figures), ``zero_advantage`` (method → role → mean share), ``regime`` and ``seconds``.
 
-Usage: python examples/train_spiral.py [--quick] [--budget TOKENS] [--eval-problems N] [--lr LR]
-       [--pocket-dir DIR] [--out DIR] [--methods grpo aggregator_only spiral]
-       [--device cpu|cuda] [--engine transformers|vllm]
+Usage: python examples/train_spiral.py [--quick] [--seeds 0 1 2] [--lrs 1e-4 3e-4 1e-3] [--budget TOKENS]
+       [--equal-steps N] [--methods ...] [--pocket-dir DIR] [--out DIR] [--device cpu|cuda] [--engine ...]
 """
 
 from __future__ import annotations
@@ -33,68 +61,180 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import graphs  # noqa: E402
 import scaffold as sf  # noqa: E402
-from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, evaluate_pocket, pocket_model, pocket_task  # noqa: E402
+from scaffold.evaluation import seeds_bootstrap_ci  # noqa: E402
+from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, load_report, pocket_model, pocket_task  # noqa: E402
+from scaffold.pocket.evaluate import score_pocket  # noqa: E402
 from trainers.loop import LoopConfig, train_online  # noqa: E402
 from trainers.policy import Policy, PolicyConfig  # noqa: E402
+from trainers.recipes import METHODS, recipe  # noqa: E402
+from trainers.types import StepMetrics  # noqa: E402
 
-METHODS = ("grpo", "aggregator_only", "spiral")
-
-
-def method(name: str, budget: int, problems_per_step: int, seed: int, log: Path) -> tuple[sf.Graph, LoopConfig]:
-    """The rollout graph and loop settings of one method."""
-    prompts = {"prompt": SOLVE_PROMPT}
-    common: dict[str, Any] = dict(steps=10_000, token_budget=budget, problems_per_step=problems_per_step,
-                                  seed=seed, log_path=str(log), sampling={"temperature": 1.0, "max_tokens": 80},
-                                  dataset="pocket-train")
-    if name == "grpo":
-        return graphs.grpo_group.build(samples=8, **prompts), LoopConfig(scheme="grpo", **common)
-    if name == "aggregator_only":
-        graph = graphs.agglm_data.build(samples=8, set_size=4, aggregations=4, aggregate_prompt=AGGREGATE_PROMPT,
-                                        **prompts)
-        return graph, LoopConfig(scheme="grpo", roles=("aggregate",), easy_fraction=0.5, **common)
-    if name == "spiral":
-        graph = graphs.spiral.build(search=8, sets=4, set_size=4, aggregations=4, aggregate_prompt=AGGREGATE_PROMPT,
-                                    **prompts)
-        return graph, LoopConfig(scheme="spiral", **common)
-    raise SystemExit(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+METRICS = ("pass1", "pass8", "maj4", "maj8", "agg4", "rsa")
+LRS = (3e-5, 1e-4, 3e-4)
+"""The learning-rate sweep of the full run."""
+QUICK_LRS = {"grpo": 3e-4, "aggregator_only": 3e-4, "spiral": 3e-4, "spiral_rsa": 3e-4}
+"""The rates ``--quick`` trains at (what the full run's sweep chose)."""
+EVAL_SEED = 1234
+"""Every model is evaluated with this sampling seed (common random numbers make paired differences sharper)."""
 
 
-def evaluate(model: Any, tokenizer: Any, rows: list[dict[str, str]], seed: int) -> dict[str, float]:
-    """pass@1, majority@4, prompted aggregation@4 and RSA accuracy of a (live) model on held-out rows."""
-    figures = evaluate_pocket(model, rows, samples=4, k=4, seed=seed, tokenizer=tokenizer)
-    backend = sf.TransformersBackend(model, tokenizer, max_new_tokens=80)
-    try:
-        rsa = graphs.rsa.build(population=8, subset_size=4, steps=2, prompt=SOLVE_PROMPT,
-                               aggregate_prompt=AGGREGATE_PROMPT)
-        results = rsa.map_sync([{"problem": r["problem"]} for r in rows], models={"solver": backend},
-                               store=None, seed=seed, concurrency=32)
-    finally:
-        backend.close()
-    rsa_accuracy = sum(sf.equivalent(r.answer, rows[r.index or 0]["answer"]) for r in results) / len(rows)
-    return {"pass1": figures["pass1"], "maj4": figures["maj4"], "agg4": figures["agg4"], "rsa": rsa_accuracy}
+@dataclass
+class Plan:
+    """What one invocation runs."""
+
+    methods: list[str]
+    seeds: list[int]
+    lrs: dict[str, list[float]]
+    budget: int
+    equal_steps: int
+    problems_per_step: int
+    eval_problems: int
+    validation_problems: int
+    aggregate_temperature: float
+    micro_batch_size: int
+    device: str
+    engine: str
+    out: Path
 
 
-def plot(path: Path, results: dict[str, Any]) -> None:
+@dataclass
+class Run:
+    """One training run: its step metrics and copies of its weights at the two budgets."""
+
+    method: str
+    seed: int
+    lr: float
+    history: list[StepMetrics]
+    at: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    """``"tokens"`` / ``"steps"`` → (step, weights) at that budget."""
+    scores: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """``"tokens"`` / ``"steps"`` → metric → per-problem held-out scores."""
+
+
+def train_run(base: Path, method: str, seed: int, lr: float, rows: list[dict[str, str]], plan: Plan,
+              engine: Any) -> Run:
+    """Train one method from the base weights until both budgets are reached, keeping weights at each."""
+    chosen = recipe(method, prompt=SOLVE_PROMPT, aggregate_prompt=AGGREGATE_PROMPT,
+                    aggregate_temperature=plan.aggregate_temperature)
+    log = plan.out / f"{method}-seed{seed}-lr{lr:g}.jsonl"
+    log.unlink(missing_ok=True)
+    config = LoopConfig(steps=100_000, problems_per_step=plan.problems_per_step, seed=seed, log_path=str(log),
+                        sampling={"temperature": 1.0, "max_tokens": 80}, dataset="pocket-train",
+                        **chosen.loop_options)
+    policy = Policy(base, PolicyConfig(lr=lr, seed=seed, device=plan.device, measure_kl=True, measure_kl_every=4,
+                                       micro_batch_size=plan.micro_batch_size))
+    if engine is not None:
+        policy.refresh(engine)  # back to the starting weights
+    run = Run(method, seed, lr, [])
+
+    def keep(metrics: StepMetrics) -> None:
+        weights = None
+        if "tokens" not in run.at and metrics.extra["sampled_tokens"] >= plan.budget:
+            weights = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+            run.at["tokens"] = (metrics.step, weights)
+        if metrics.step == plan.equal_steps:
+            weights = weights or {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+            run.at["steps"] = (metrics.step, weights)
+        roles = metrics.extra["roles"]
+        shown = "  ".join(f"{role[:3]} 0-adv {r['zero_advantage']:.2f} H {r['entropy']:.3f} KL {r['kl'] or 0:.4f}"
+                          for role, r in roles.items())
+        print(f"    {method} s{seed} lr {lr:g} step {metrics.step:3d}  tokens {metrics.extra['sampled_tokens']:>7,}  "
+              f"reward {metrics.reward_mean or 0:.3f}  {shown}", flush=True)
+
+    run.history = train_online(policy, chosen.graph, rows, config, store=None, progress=False, engine=engine,
+                               on_step=keep, until=lambda history: len(run.at) == 2)
+    return run
+
+
+def evaluate(policy: Policy, weights: dict[str, Any] | None, rows: list[dict[str, str]]) -> dict[str, list[float]]:
+    """Per-problem held-out scores of ``weights`` (``None``: the policy's current ones)."""
+    if weights is not None:
+        policy.model.load_state_dict(weights)
+    return score_pocket(policy.model, rows, samples=8, k=4, rsa_steps=2, seed=EVAL_SEED,
+                        tokenizer=policy.tokenizer).scores
+
+
+def means(scores: dict[str, list[float]]) -> dict[str, float]:
+    return {m: round(sum(scores[m]) / len(scores[m]), 4) for m in METRICS}
+
+
+def summarise(runs: list[Run], before: dict[str, list[float]], budget: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per method: means over seeds and problems, and 95% half-widths (two-level bootstrap)."""
+    results: dict[str, Any] = {}
+    ci: dict[str, Any] = {}
+    before_mean = means(before)
+    before_ci = {m: round(_half(seeds_bootstrap_ci([before[m]])), 4) for m in METRICS}
+    for method in dict.fromkeys(r.method for r in runs):
+        mine = [r for r in runs if r.method == method]
+        results[method] = {"before": before_mean, "after": {
+            m: round(sum(sum(r.scores[budget][m]) / len(r.scores[budget][m]) for r in mine) / len(mine), 4)
+            for m in METRICS}}
+        ci[method] = {"before": before_ci, "after": {
+            m: round(_half(seeds_bootstrap_ci([r.scores[budget][m] for r in mine])), 4) for m in METRICS}}
+    return results, ci
+
+
+def differences(runs: list[Run], budget: str) -> dict[str, Any]:
+    """Paired differences (same seed, same problem) with 95% intervals: the experiment's two targets."""
+    out: dict[str, Any] = {}
+    by = {(r.method, r.seed): r for r in runs}
+    seeds = sorted({r.seed for r in runs})
+
+    def paired(a: tuple[str, str], b: tuple[str, str]) -> dict[str, float] | None:
+        if not all((a[0], s) in by and (b[0], s) in by for s in seeds):
+            return None
+        rows = [[x - y for x, y in zip(by[(a[0], s)].scores[budget][a[1]], by[(b[0], s)].scores[budget][b[1]])]
+                for s in seeds]
+        mean, low, high = seeds_bootstrap_ci(rows)
+        return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4)}
+
+    methods = list(dict.fromkeys(r.method for r in runs))
+    out["rsa_minus_grpo_rsa"] = {m: d for m in methods if m != "grpo" and (d := paired((m, "rsa"), ("grpo", "rsa")))}
+    out["agg4_minus_maj4"] = {m: d for m in methods if (d := paired((m, "agg4"), (m, "maj4")))}
+    return out
+
+
+def _half(interval: tuple[float, float, float]) -> float:
+    return (interval[2] - interval[1]) / 2
+
+
+def choose_lr(method: str, candidates: dict[float, dict[str, float]]) -> float:
+    """The pre-registered rule: best validation RSA, then agg@4, then the smaller rate."""
+    return min(candidates, key=lambda lr: (-candidates[lr]["rsa"], -candidates[lr]["agg4"], lr))
+
+
+def table(title: str, results: dict[str, Any], ci: dict[str, Any], steps: dict[str, float]) -> str:
+    lines = [title, f"{'method':<16} {'steps':>5}  " + "  ".join(f"{m:>19}" for m in METRICS)]
+    first = next(iter(results.values()))
+    lines.append(f"{'start':<16} {0:>5}  " + "  ".join(
+        f"{first['before'][m]:.3f} ± {next(iter(ci.values()))['before'][m]:.3f}".rjust(19) for m in METRICS))
+    for method, row in results.items():
+        lines.append(f"{method:<16} {steps[method]:>5.0f}  " + "  ".join(
+            f"{row['after'][m]:.3f} ± {ci[method]['after'][m]:.3f}".rjust(19) for m in METRICS))
+    return "\n".join(lines)
+
+
+def plot(path: Path, results: dict[str, Any], ci: dict[str, Any]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = ["pass1", "maj4", "agg4", "rsa"]
     fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.5), sharey=True, squeeze=False)
     for ax, (name, row) in zip(axes[0], results.items()):
-        xs = range(len(metrics))
-        ax.bar([x - 0.2 for x in xs], [row["before"][m] for m in metrics], width=0.4, label="before")
-        ax.bar([x + 0.2 for x in xs], [row["after"][m] for m in metrics], width=0.4, label="after")
-        ax.set_xticks(list(xs), metrics)
-        ax.set_title(f"{name} ({row['sampled_tokens']:,} sampled tokens)")
+        xs = range(len(METRICS))
+        ax.bar([x - 0.2 for x in xs], [row["before"][m] for m in METRICS], width=0.4, label="start")
+        ax.bar([x + 0.2 for x in xs], [row["after"][m] for m in METRICS], width=0.4, label="trained",
+               yerr=[ci[name]["after"][m] for m in METRICS], capsize=2)
+        ax.set_xticks(list(xs), METRICS, fontsize=8)
+        ax.set_title(name)
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel("held-out accuracy")
     axes[0][0].legend(loc="upper left")
@@ -104,58 +244,127 @@ def plot(path: Path, results: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def parse() -> tuple[argparse.Namespace, Plan]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a reduced run: under 10 minutes on 2 cores")
-    parser.add_argument("--budget", type=int, help="sampled completion tokens per method")
+    parser.add_argument("--quick", action="store_true", help="one seed, no sweep, a smaller budget: under 10 minutes")
+    parser.add_argument("--seeds", type=int, nargs="+")
+    parser.add_argument("--lrs", type=float, nargs="+", help="the sweep (one rate: no sweep)")
+    parser.add_argument("--budget", type=int, help="sampled completion tokens per method (equal-token budget)")
+    parser.add_argument("--equal-steps", type=int, help="optimiser steps per method (equal-step budget)")
+    parser.add_argument("--problems-per-step", type=int, default=16)
     parser.add_argument("--eval-problems", type=int)
-    parser.add_argument("--problems-per-step", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--validation-problems", type=int, default=100)
+    parser.add_argument("--eval-split", choices=["test", "validation"], default="test",
+                        help="where results are measured: pilots and tuning use validation, never test")
+    parser.add_argument("--aggregate-temperature", type=float, default=1.0)
+    parser.add_argument("--micro-batch-size", type=int, default=64)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--pocket-dir", type=Path, help="a pocket model directory instead of the cached default")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--out", type=Path, default=Path("out/train_spiral"))
+    parser.add_argument("--plot", action="store_true", help="also write train_spiral.png to --out")
     parser.add_argument("--device", default="cpu", help="where the policy trains (cuda on a GPU)")
     parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers",
                         help="rollouts: the policy's live weights in transformers, or a refreshed vLLM engine")
     args = parser.parse_args()
+    quick = args.quick
+    lrs = ({m: [lr] for m, lr in QUICK_LRS.items()} if quick and not args.lrs
+           else {m: list(args.lrs or LRS) for m in METHODS})
+    plan = Plan(methods=args.methods, seeds=args.seeds or ([0] if quick else [0, 1, 2]), lrs=lrs,
+                budget=args.budget or (84_000 if quick else 210_000),
+                equal_steps=args.equal_steps or (4 if quick else 9), problems_per_step=args.problems_per_step,
+                eval_problems=args.eval_problems or (100 if quick else 200),
+                validation_problems=args.validation_problems, aggregate_temperature=args.aggregate_temperature,
+                micro_batch_size=args.micro_batch_size, device=args.device, engine=args.engine, out=args.out)
+    return args, plan
 
-    budget = args.budget or (100_000 if args.quick else 400_000)
-    eval_problems = args.eval_problems or (40 if args.quick else 100)
-    base = args.pocket_dir or pocket_model()
-    task = pocket_task(base)
-    held_out = task.problems(eval_problems, seed=args.seed, split="test")
-    train_rows = task.problems(2000, seed=args.seed + 1, split="train")
-    args.out.mkdir(parents=True, exist_ok=True)
 
+def main() -> None:
+    args, plan = parse()
     started = time.perf_counter()
-    start_policy = Policy(base, PolicyConfig(lr=args.lr, seed=args.seed, device=args.device))
-    before = evaluate(start_policy.model, start_policy.tokenizer, held_out, args.seed)
-    print("before: " + "  ".join(f"{k} {v:.3f}" for k, v in before.items()), flush=True)
-    results: dict[str, Any] = {}
-    engine: Any = None
-    for name in args.methods:
-        graph, config = method(name, budget, args.problems_per_step, args.seed, args.out / f"{name}.jsonl")
-        (args.out / f"{name}.jsonl").unlink(missing_ok=True)
-        policy = Policy(base, PolicyConfig(lr=args.lr, seed=args.seed, device=args.device))
-        if args.engine == "vllm":
-            engine = engine or sf.VLLMBackend(base, max_model_len=1024)  # one engine per process
-            policy.refresh(engine)  # back to the starting weights for this method
-        history = train_online(policy, graph, train_rows, config, store=None, progress=False, engine=engine)
-        sampled = int(history[-1].extra["sampled_tokens"]) if history else 0
-        after = evaluate(policy.model, policy.tokenizer, held_out, args.seed)
-        results[name] = {"before": before, "after": after, "sampled_tokens": sampled, "steps": len(history)}
-        print(f"{name}: {len(history)} steps, {sampled:,} sampled tokens; after: "
-              + "  ".join(f"{k} {v:.3f}" for k, v in after.items()), flush=True)
+    base = args.pocket_dir or pocket_model()
+    report = load_report(base)
+    task = pocket_task(base)
+    held_out = task.problems(plan.eval_problems, seed=0, split=args.eval_split)
+    validation = task.problems(plan.validation_problems, seed=1, split="validation")
+    train_rows = task.problems(4000, seed=1, split="train")
+    plan.out.mkdir(parents=True, exist_ok=True)
+    print(f"base: {base}  (pocket pass1 {report['pass1']:.3f}, maj4 {report['maj4']:.3f}, agg4 {report['agg4']:.3f})")
+    print(f"plan: methods {plan.methods}, seeds {plan.seeds}, budget {plan.budget:,} tokens / "
+          f"{plan.equal_steps} steps, {plan.problems_per_step} problems per step, aggregation temperature "
+          f"{plan.aggregate_temperature}", flush=True)
 
-    print(f"\n{'method':<16} {'steps':>5} {'tokens':>8}  " + "  ".join(f"{m:>13}" for m in before))
-    for name, row in results.items():
-        cells = "  ".join(f"{row['before'][m]:.2f} → {row['after'][m]:.2f}".rjust(13) for m in before)
-        print(f"{name:<16} {row['steps']:>5} {row['sampled_tokens']:>8,}  {cells}")
-    plot(args.out / "train_spiral.png", results)
-    print(f"plot: {args.out / 'train_spiral.png'}; logs: {args.out}/*.jsonl; {time.perf_counter() - started:.0f} s")
-    print(json.dumps({"bench": "train_spiral", "quick": args.quick, "budget": budget,
-                      "eval_problems": eval_problems, "results": results}))
+    start = Policy(base, PolicyConfig(seed=0, device=plan.device))
+    clock = time.perf_counter()
+    before = evaluate(start, None, held_out)
+    print("start (held-out): " + "  ".join(f"{m} {v:.3f}" for m, v in means(before).items())
+          + f"  ({time.perf_counter() - clock:.0f} s to evaluate)", flush=True)
+    engine = sf.VLLMBackend(base, max_model_len=1024) if plan.engine == "vllm" else None
+
+    runs: list[Run] = []
+    chosen: dict[str, float] = {}
+    sweep: dict[str, dict[str, dict[str, float]]] = {}
+    for method in plan.methods:
+        # 1) the learning rate, on validation problems, at the equal-token budget of the first seed
+        candidates: dict[float, dict[str, float]] = {}
+        tried: dict[float, Run] = {}
+        for lr in plan.lrs[method]:
+            run = train_run(base, method, plan.seeds[0], lr, train_rows, plan, engine)
+            tried[lr] = run
+            if len(plan.lrs[method]) > 1:
+                candidates[lr] = means(evaluate(start, run.at["tokens"][1], validation))
+                print(f"  sweep {method} lr {lr:g}: validation " + "  ".join(
+                    f"{m} {v:.3f}" for m, v in candidates[lr].items()), flush=True)
+        chosen[method] = choose_lr(method, candidates) if candidates else plan.lrs[method][0]
+        sweep[method] = {f"{lr:g}": figures for lr, figures in candidates.items()}
+        runs.append(tried[chosen[method]])
+        # 2) the other seeds at that rate
+        for seed in plan.seeds[1:]:
+            runs.append(train_run(base, method, seed, chosen[method], train_rows, plan, engine))
+        # 3) held-out scores at both budgets
+        for run in (r for r in runs if r.method == method):
+            for budget, (step, weights) in run.at.items():
+                same = [b for b, (s, _) in run.at.items() if s == step and b in run.scores]
+                run.scores[budget] = run.scores[same[0]] if same else evaluate(start, weights, held_out)
+            print(f"  {method} seed {run.seed} (lr {run.lr:g}): equal tokens step {run.at['tokens'][0]}: " + "  ".join(
+                f"{m} {v:.3f}" for m, v in means(run.scores["tokens"]).items()), flush=True)
+
+    results, ci = summarise(runs, before, "tokens")
+    results_steps, ci_steps = summarise(runs, before, "steps")
+    steps = {m: sum(r.at["tokens"][0] for r in runs if r.method == m) / len(plan.seeds) for m in plan.methods}
+    print()
+    print(table(f"equal sampled tokens ({plan.budget:,}), mean ± 95% half-width over {len(plan.seeds)} seed(s) x "
+                f"{plan.eval_problems} held-out problems", results, ci, steps))
+    print()
+    print(table(f"equal optimiser steps ({plan.equal_steps})", results_steps, ci_steps,
+                {m: plan.equal_steps for m in plan.methods}))
+    diff = differences(runs, "tokens")
+    print("\npaired differences at equal tokens, mean [95% interval] over seeds and problems:")
+    for name, by_method in diff.items():
+        for method, d in by_method.items():
+            print(f"  {name:<20} {method:<16} {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+    zero = {m: _zero_advantage([r for r in runs if r.method == m]) for m in plan.methods}
+    print("share of zero-advantage traces per role (mean over steps and seeds): " + json.dumps(zero))
+    if args.plot:
+        plot(plan.out / "train_spiral.png", results, ci)
+    seconds = time.perf_counter() - started
+    print(f"logs: {plan.out}/*.jsonl; {seconds:.0f} s")
+    print(json.dumps({
+        "bench": "train_spiral", "quick": args.quick, "results": results, "results_equal_steps": results_steps,
+        "ci95": ci, "ci95_equal_steps": ci_steps, "differences": diff, "seeds": plan.seeds,
+        "budget_tokens": plan.budget, "equal_steps": plan.equal_steps, "steps": steps, "lr": chosen,
+        "sweep": sweep, "zero_advantage": zero, "eval_problems": plan.eval_problems,
+        "regime": {k: report[k] for k in ("pass1", "pass8", "maj4", "agg4", "build_seconds")},
+        "seconds": round(seconds),
+    }))
+
+
+def _zero_advantage(runs: list[Run]) -> dict[str, float]:
+    shares: dict[str, list[float]] = {}
+    for run in runs:
+        for metrics in run.history:
+            for role, values in metrics.extra["roles"].items():
+                shares.setdefault(role, []).append(values["zero_advantage"])
+    return {role: round(sum(v) / len(v), 3) for role, v in shares.items()}
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ import pytest
 
 import graphs
 import scaffold as sf
-from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_task
+from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_task, score_pocket
 from trainers.loop import LoopConfig, batches, train_offline, train_online
 from trainers.policy import Policy, PolicyConfig
+from trainers.recipes import recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 POCKET = {"prompt": SOLVE_PROMPT, "aggregate_prompt": AGGREGATE_PROMPT}
@@ -64,21 +65,36 @@ def test_grpo_training_raises_held_out_reward_of_its_topology(pocket_quick: tupl
 
 
 @pytest.mark.slow
-def test_spiral_training_credits_both_roles_and_keeps_the_policy_sound(pocket_quick: tuple[Path, Any]) -> None:
-    """SPIRAL steps train search and aggregation traces together; held-out reward does not collapse."""
+def test_spiral_training_raises_the_quick_models_own_aggregation(pocket_quick: tuple[Path, Any]) -> None:
+    """Acceptance: 10 SPIRAL steps (8 problems, lr 3e-5) raise held-out agg@4 by >= 0.04 (seeds 0-2: +0.07 to +0.09).
+
+    agg@4 is the model aggregating its own temperature-1 samples four at a time, greedily, on 128 held-out
+    problems, sampled with the same evaluation seed before and after. Each step reports, per role, the
+    share of zero-advantage traces, token entropy, the KL to the start and the share of answered traces.
+    """
     path, _ = pocket_quick
     task = pocket_task(path)
-    graph = graphs.spiral.build(search=6, sets=3, set_size=4, aggregations=2, **POCKET)
-    held_out = task.problems(48, seed=9, split="test")
-    policy = Policy(path, PolicyConfig(lr=1e-4, seed=0))
-    before = held_out_reward(policy, graph, held_out, seed=1)
-    history = train_online(policy, graph, task.problems(400, seed=3, split="train"),
-                           LoopConfig(steps=6, problems_per_step=8, seed=0, sampling=SAMPLING), store=None,
-                           progress=False)
-    after = held_out_reward(policy, graph, held_out, seed=1)
-    assert all(m.extra["trained_traces"] > 0 and m.tokens > 0 for m in history)
-    assert all(m.advantage_abs_max > 0 for m in history)
-    assert after >= before - 0.1, (before, after)
+    held_out = task.problems(128, seed=9, split="test")
+    policy = Policy(path, PolicyConfig(lr=3e-5, seed=0, measure_kl=True))
+
+    def agg4() -> float:
+        return score_pocket(policy.model, held_out, tokenizer=policy.tokenizer, seed=1).means()["agg4"]
+
+    before = agg4()
+    chosen = recipe("spiral", aggregate_temperature=1.0, **POCKET)
+    history = train_online(policy, chosen.graph, task.problems(1000, seed=3, split="train"),
+                           LoopConfig(steps=10, problems_per_step=8, seed=0, sampling=SAMPLING, **chosen.loop_options),
+                           store=None, progress=False)
+    after = agg4()
+    assert after >= before + 0.04, (before, after, [round(m.reward_mean or 0, 3) for m in history])
+    for metrics in history:
+        roles = metrics.extra["roles"]
+        assert set(roles) == {"search", "aggregate"}
+        for values in roles.values():
+            assert 0.0 <= values["zero_advantage"] < 1.0 and values["entropy"] > 0.0
+            assert values["kl"] is not None and values["kl"] >= 0.0 and 0.0 < values["answered"] <= 1.0
+    assert history[0].extra["roles"]["search"]["kl"] == pytest.approx(0.0, abs=1e-6)  # still the start's weights
+    assert history[-1].kl is not None and history[-1].kl > 0.0
 
 
 @pytest.mark.slow
@@ -167,19 +183,31 @@ def test_scaffold_train_cli_trains_logs_and_exports(pocket_quick: tuple[Path, An
 
 @pytest.mark.slow
 def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[Path, Any], tmp_path: Path) -> None:
-    """examples/train_spiral.py on the quick model with a tiny budget: every method, before/after, one JSON line."""
+    """examples/train_spiral.py on the quick model, tiny budgets: sweep, seeds, both budgets, CIs, one JSON line."""
     path, _ = pocket_quick
     done = subprocess.run(
-        [sys.executable, "examples/train_spiral.py", "--pocket-dir", str(path), "--budget", "2500",
-         "--eval-problems", "8", "--problems-per-step", "2", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [sys.executable, "examples/train_spiral.py", "--pocket-dir", str(path), "--budget", "1500",
+         "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "8",
+         "--validation-problems", "8",
+         "--problems-per-step", "2", "--out", str(tmp_path), "--plot"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Warning" not in done.stderr and "deprecat" not in done.stderr.lower()
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    assert figures["bench"] == "train_spiral"
-    assert set(figures["results"]) == {"grpo", "aggregator_only", "spiral"}
-    for name, row in figures["results"].items():
-        assert set(row["before"]) == set(row["after"]) == {"pass1", "maj4", "agg4", "rsa"}, name
-        assert all(0.0 <= v <= 1.0 for v in [*row["before"].values(), *row["after"].values()])
-        assert row["sampled_tokens"] >= 2500 and row["steps"] >= 1
-        assert len((tmp_path / f"{name}.jsonl").read_text().splitlines()) == row["steps"]
+    methods = {"grpo", "aggregator_only", "spiral", "spiral_rsa"}
+    assert figures["bench"] == "train_spiral" and figures["seeds"] == [0, 1] and figures["budget_tokens"] == 1500
+    metrics = {"pass1", "pass8", "maj4", "maj8", "agg4", "rsa"}
+    for key in ("results", "results_equal_steps", "ci95", "ci95_equal_steps"):
+        assert set(figures[key]) == methods, key
+        for name, row in figures[key].items():
+            assert set(row) == {"before", "after"} and set(row["before"]) == set(row["after"]) == metrics, name
+            assert all(0.0 <= v <= 1.0 for v in [*row["before"].values(), *row["after"].values()])
+    assert set(figures["lr"]) == methods and set(figures["lr"].values()) <= {1e-5, 3e-5}
+    assert all(set(figures["sweep"][m]) == {"1e-05", "3e-05"} for m in methods)
+    assert set(figures["steps"]) == methods and all(s >= 1 for s in figures["steps"].values())
+    assert set(figures["differences"]["rsa_minus_grpo_rsa"]) == methods - {"grpo"}
+    assert {"pass1", "pass8", "maj4", "agg4", "build_seconds"} <= set(figures["regime"])
+    assert set(figures["zero_advantage"]["spiral"]) == {"search", "aggregate"}
+    logs = sorted(p.name for p in tmp_path.glob("*.jsonl"))
+    assert len(logs) == 4 * 3 and "spiral-seed1-lr" in " ".join(logs)  # 2 rates on seed 0, the chosen one on seed 1
     assert (tmp_path / "train_spiral.png").read_bytes()[:4] == b"\x89PNG"
