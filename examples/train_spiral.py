@@ -39,6 +39,10 @@ Protocol (written before the runs it describes; nothing below was tuned on held-
 - **Targets**: ``spiral`` and ``spiral_rsa`` under RSA beat ``grpo`` under RSA by >= 0.05 at equal
   tokens; the trained aggregator beats the same model's vote, ``agg4 >= maj4 + 0.05``.
 
+An interrupted experiment resumes: each finished run (its step metrics and both checkpoints) and
+each evaluation is saved in ``--out`` and reused when the script is started again with the same
+plan (``--fresh`` retrains everything).
+
 ``--quick`` (under 10 minutes on 2 cores) runs one seed, no sweep (each method at the rate the
 full run chose, :data:`QUICK_LRS`), a smaller budget and 100 held-out problems, and prints its
 intervals too (over problems only). On a GPU, ``--device cuda --engine vllm`` trains on the GPU and
@@ -49,19 +53,24 @@ Ends with one JSON line: ``bench``, ``results`` / ``results_equal_steps`` (metho
 ``after`` → metric → mean over seeds), ``ci95`` / ``ci95_equal_steps`` (the same shape, half-widths),
 ``differences`` (paired, with intervals), ``seeds``, ``budget_tokens``, ``equal_steps``, ``steps``
 (method → mean steps at equal tokens), ``lr`` (method → rate), ``sweep`` (method → rate →
-validation figures), ``zero_advantage`` (method → role → mean share), ``regime`` and ``seconds``.
+validation figures; ``start`` the base model's), ``zero_advantage`` (method → role → mean share),
+``regime`` and ``seconds``.
 
 Usage: python examples/train_spiral.py [--quick] [--seeds 0 1 2] [--lrs 1e-4 3e-4 1e-3] [--budget TOKENS]
-       [--equal-steps N] [--methods ...] [--pocket-dir DIR] [--out DIR] [--device cpu|cuda] [--engine ...]
+       [--equal-steps N] [--methods ...] [--pocket-dir DIR] [--out DIR] [--fresh] [--device cpu|cuda] [--engine ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +82,7 @@ from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, load_report, pocket_
 from scaffold.pocket.evaluate import score_pocket  # noqa: E402
 from trainers.loop import LoopConfig, train_online  # noqa: E402
 from trainers.policy import Policy, PolicyConfig  # noqa: E402
-from trainers.recipes import METHODS, recipe  # noqa: E402
+from trainers.recipes import ABLATIONS, METHODS, recipe  # noqa: E402
 from trainers.types import StepMetrics  # noqa: E402
 
 METRICS = ("pass1", "pass8", "maj4", "maj8", "agg4", "rsa")
@@ -102,6 +111,14 @@ class Plan:
     device: str
     engine: str
     out: Path
+    eval_split: str = "test"
+    resume: bool = True
+
+    def key(self, base: Path, **more: Any) -> dict[str, Any]:
+        """What a saved result depends on: a result saved under another key is recomputed, never reused."""
+        fields = ("budget", "equal_steps", "problems_per_step", "eval_problems", "validation_problems",
+                  "aggregate_temperature", "micro_batch_size", "device", "engine", "eval_split")
+        return {"base": str(base.resolve()), "eval_seed": EVAL_SEED, **{f: getattr(self, f) for f in fields}, **more}
 
 
 @dataclass
@@ -120,10 +137,24 @@ class Run:
 
 def train_run(base: Path, method: str, seed: int, lr: float, rows: list[dict[str, str]], plan: Plan,
               engine: Any) -> Run:
-    """Train one method from the base weights until both budgets are reached, keeping weights at each."""
+    """Train one method from the base weights until both budgets are reached, keeping weights at each.
+
+    A finished run is saved to ``--out`` (``NAME.run.pt``: its step metrics and both checkpoints), so an
+    interrupted experiment started again with the same plan resumes after its last finished run.
+    """
+    import torch
+
+    name = f"{method}-seed{seed}-lr{lr:g}"
+    saved, key = plan.out / f"{name}.run.pt", plan.key(base, method=method, seed=seed, lr=lr)
+    if plan.resume and saved.exists():
+        state = torch.load(saved, weights_only=False)
+        if state.get("key") == key:
+            print(f"    {name}: reusing the finished run saved in {saved}", flush=True)
+            return Run(method, seed, lr, [StepMetrics(**m) for m in state["history"]],
+                       {b: (step, weights) for b, (step, weights) in state["at"].items()})
     chosen = recipe(method, prompt=SOLVE_PROMPT, aggregate_prompt=AGGREGATE_PROMPT,
                     aggregate_temperature=plan.aggregate_temperature)
-    log = plan.out / f"{method}-seed{seed}-lr{lr:g}.jsonl"
+    log = plan.out / f"{name}.jsonl"
     log.unlink(missing_ok=True)
     config = LoopConfig(steps=100_000, problems_per_step=plan.problems_per_step, seed=seed, log_path=str(log),
                         sampling={"temperature": 1.0, "max_tokens": 80}, dataset="pocket-train",
@@ -137,10 +168,10 @@ def train_run(base: Path, method: str, seed: int, lr: float, rows: list[dict[str
     def keep(metrics: StepMetrics) -> None:
         weights = None
         if "tokens" not in run.at and metrics.extra["sampled_tokens"] >= plan.budget:
-            weights = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+            weights = {k: v.detach().cpu().clone() for k, v in policy.model.state_dict().items()}
             run.at["tokens"] = (metrics.step, weights)
         if metrics.step == plan.equal_steps:
-            weights = weights or {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+            weights = weights or {k: v.detach().cpu().clone() for k, v in policy.model.state_dict().items()}
             run.at["steps"] = (metrics.step, weights)
         roles = metrics.extra["roles"]
         shown = "  ".join(f"{role[:3]} 0-adv {r['zero_advantage']:.2f} H {r['entropy']:.3f} KL {r['kl'] or 0:.4f}"
@@ -150,7 +181,23 @@ def train_run(base: Path, method: str, seed: int, lr: float, rows: list[dict[str
 
     run.history = train_online(policy, chosen.graph, rows, config, store=None, progress=False, engine=engine,
                                on_step=keep, until=lambda history: len(run.at) == 2)
+    partial = saved.with_suffix(".partial")
+    torch.save({"key": key, "history": [dataclasses.asdict(m) for m in run.history], "at": run.at}, partial)
+    os.replace(partial, saved)
     return run
+
+
+def cached(path: Path, key: dict[str, Any], plan: Plan, compute: Callable[[], Any]) -> Any:
+    """``compute()``, saved as JSON at ``path`` under ``key`` and reused while the key is the same."""
+    if plan.resume and path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return saved["value"]
+    value = compute()
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"key": key, "value": value}))
+    os.replace(partial, path)
+    return value
 
 
 def evaluate(policy: Policy, weights: dict[str, Any] | None, rows: list[dict[str, str]]) -> dict[str, list[float]]:
@@ -159,6 +206,10 @@ def evaluate(policy: Policy, weights: dict[str, Any] | None, rows: list[dict[str
         policy.model.load_state_dict(weights)
     return score_pocket(policy.model, rows, samples=8, k=4, rsa_steps=2, seed=EVAL_SEED,
                         tokenizer=policy.tokenizer).scores
+
+
+def mean_scores(policy: Policy, weights: dict[str, Any] | None, rows: list[dict[str, str]]) -> dict[str, float]:
+    return means(evaluate(policy, weights, rows))
 
 
 def means(scores: dict[str, list[float]]) -> dict[str, float]:
@@ -258,23 +309,27 @@ def parse() -> tuple[argparse.Namespace, Plan]:
                         help="where results are measured: pilots and tuning use validation, never test")
     parser.add_argument("--aggregate-temperature", type=float, default=1.0)
     parser.add_argument("--micro-batch-size", type=int, default=64)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, *ABLATIONS],
+                        help="the recipes to compare (the role ablations of spiral are not run by default)")
     parser.add_argument("--pocket-dir", type=Path, help="a pocket model directory instead of the cached default")
     parser.add_argument("--out", type=Path, default=Path("out/train_spiral"))
     parser.add_argument("--plot", action="store_true", help="also write train_spiral.png to --out")
+    parser.add_argument("--fresh", action="store_true",
+                        help="retrain everything (default: reuse the runs and scores a same-plan run saved in --out)")
     parser.add_argument("--device", default="cpu", help="where the policy trains (cuda on a GPU)")
     parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers",
                         help="rollouts: the policy's live weights in transformers, or a refreshed vLLM engine")
     args = parser.parse_args()
     quick = args.quick
-    lrs = ({m: [lr] for m, lr in QUICK_LRS.items()} if quick and not args.lrs
-           else {m: list(args.lrs or LRS) for m in METHODS})
+    lrs = ({m: [QUICK_LRS.get(m, QUICK_LRS["spiral"])] for m in (*METHODS, *ABLATIONS)} if quick and not args.lrs
+           else {m: list(args.lrs or LRS) for m in (*METHODS, *ABLATIONS)})
     plan = Plan(methods=args.methods, seeds=args.seeds or ([0] if quick else [0, 1, 2]), lrs=lrs,
                 budget=args.budget or (84_000 if quick else 210_000),
                 equal_steps=args.equal_steps or (4 if quick else 9), problems_per_step=args.problems_per_step,
                 eval_problems=args.eval_problems or (100 if quick else 200),
                 validation_problems=args.validation_problems, aggregate_temperature=args.aggregate_temperature,
-                micro_batch_size=args.micro_batch_size, device=args.device, engine=args.engine, out=args.out)
+                micro_batch_size=args.micro_batch_size, device=args.device, engine=args.engine, out=args.out,
+                eval_split=args.eval_split, resume=not args.fresh)
     return args, plan
 
 
@@ -295,7 +350,7 @@ def main() -> None:
 
     start = Policy(base, PolicyConfig(seed=0, device=plan.device))
     clock = time.perf_counter()
-    before = evaluate(start, None, held_out)
+    before = cached(plan.out / "start.held_out.json", plan.key(base), plan, lambda: evaluate(start, None, held_out))
     print("start (held-out): " + "  ".join(f"{m} {v:.3f}" for m, v in means(before).items())
           + f"  ({time.perf_counter() - clock:.0f} s to evaluate)", flush=True)
     engine = sf.VLLMBackend(base, max_model_len=1024) if plan.engine == "vllm" else None
@@ -303,6 +358,10 @@ def main() -> None:
     runs: list[Run] = []
     chosen: dict[str, float] = {}
     sweep: dict[str, dict[str, dict[str, float]]] = {}
+    if any(len(plan.lrs[m]) > 1 for m in plan.methods):
+        sweep["start"] = {"-": cached(plan.out / "start.validation.json", plan.key(base), plan,
+                                      partial(mean_scores, start, None, validation))}
+        print("start (validation): " + "  ".join(f"{m} {v:.3f}" for m, v in sweep["start"]["-"].items()), flush=True)
     for method in plan.methods:
         # 1) the learning rate, on validation problems, at the equal-token budget of the first seed
         candidates: dict[float, dict[str, float]] = {}
@@ -311,7 +370,9 @@ def main() -> None:
             run = train_run(base, method, plan.seeds[0], lr, train_rows, plan, engine)
             tried[lr] = run
             if len(plan.lrs[method]) > 1:
-                candidates[lr] = means(evaluate(start, run.at["tokens"][1], validation))
+                candidates[lr] = cached(plan.out / f"{method}-seed{run.seed}-lr{lr:g}.validation.json",
+                                        plan.key(base, method=method, seed=run.seed, lr=lr), plan,
+                                        partial(mean_scores, start, run.at["tokens"][1], validation))
                 print(f"  sweep {method} lr {lr:g}: validation " + "  ".join(
                     f"{m} {v:.3f}" for m, v in candidates[lr].items()), flush=True)
         chosen[method] = choose_lr(method, candidates) if candidates else plan.lrs[method][0]
@@ -324,7 +385,10 @@ def main() -> None:
         for run in (r for r in runs if r.method == method):
             for budget, (step, weights) in run.at.items():
                 same = [b for b, (s, _) in run.at.items() if s == step and b in run.scores]
-                run.scores[budget] = run.scores[same[0]] if same else evaluate(start, weights, held_out)
+                run.scores[budget] = run.scores[same[0]] if same else cached(
+                    plan.out / f"{method}-seed{run.seed}-lr{run.lr:g}.{budget}.held_out.json",
+                    plan.key(base, method=method, seed=run.seed, lr=run.lr, step=step), plan,
+                    partial(evaluate, start, weights, held_out))
             print(f"  {method} seed {run.seed} (lr {run.lr:g}): equal tokens step {run.at['tokens'][0]}: " + "  ".join(
                 f"{m} {v:.3f}" for m, v in means(run.scores["tokens"]).items()), flush=True)
 

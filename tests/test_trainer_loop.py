@@ -204,6 +204,7 @@ def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[P
             assert all(0.0 <= v <= 1.0 for v in [*row["before"].values(), *row["after"].values()])
     assert set(figures["lr"]) == methods and set(figures["lr"].values()) <= {1e-5, 3e-5}
     assert all(set(figures["sweep"][m]) == {"1e-05", "3e-05"} for m in methods)
+    assert "rsa" in figures["sweep"]["start"]["-"]
     assert set(figures["steps"]) == methods and all(s >= 1 for s in figures["steps"].values())
     assert set(figures["differences"]["rsa_minus_grpo_rsa"]) == methods - {"grpo"}
     assert {"pass1", "pass8", "maj4", "agg4", "build_seconds"} <= set(figures["regime"])
@@ -211,3 +212,17 @@ def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[P
     logs = sorted(p.name for p in tmp_path.glob("*.jsonl"))
     assert len(logs) == 4 * 3 and "spiral-seed1-lr" in " ".join(logs)  # 2 rates on seed 0, the chosen one on seed 1
     assert (tmp_path / "train_spiral.png").read_bytes()[:4] == b"\x89PNG"
+
+    # killed after all but one run: started again with the same plan, it retrains only what is missing
+    missing = next(tmp_path.glob("spiral-seed1-*.run.pt"))
+    missing.unlink()
+    again = subprocess.run(
+        [sys.executable, "examples/train_spiral.py", "--pocket-dir", str(path), "--budget", "1500",
+         "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "8",
+         "--validation-problems", "8", "--problems-per-step", "2", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("reusing the finished run") == 4 * 3 - 1
+    assert f"{missing.name.removesuffix('.run.pt')}: reusing" not in again.stdout
+    resumed = json.loads(again.stdout.strip().splitlines()[-1])
+    assert resumed["results"] == figures["results"] and resumed["lr"] == figures["lr"]

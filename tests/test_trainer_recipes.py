@@ -15,6 +15,8 @@ def test_each_recipe_rolls_out_its_graph_and_names_its_credit() -> None:
     assert recipe("grpo").loop_options == {"scheme": "grpo"}
     assert recipe("agglm").loop_options == {"scheme": "grpo", "roles": ("aggregate",), "easy_fraction": 0.5}
     assert recipe("spiral").loop_options == recipe("spiral_rsa").loop_options == {"scheme": "spiral"}
+    assert recipe("spiral_search_only").loop_options == {"scheme": "spiral", "roles": ("search",)}
+    assert recipe("spiral_aggregate_only").loop_options == {"scheme": "spiral", "roles": ("aggregate",)}
     with pytest.raises(ValueError, match="unknown recipe 'ppo'"):
         recipe("ppo")
 

@@ -9,7 +9,10 @@ One step of :func:`train_online` reads top to bottom:
    the AggLM recipe, only the aggregations of hard sets and a share of easy ones;
 5. update the policy (one optimiser step, gradient accumulation inside);
 6. refresh the rollout engine when it does not share the policy's weights;
-7. log the step (console and JSONL) and checkpoint.
+7. log the step (console and JSONL) and checkpoint. Besides the update's figures, each step logs per
+   role (``single``, ``search``, ``aggregate``): traces, the share with advantage 0 (no signal),
+   mean |advantage|, token entropy, KL to the start (with ``PolicyConfig(measure_kl=True)``) and
+   the share of trained traces with an extracted answer (does a role's format drift?).
 
 :func:`train_offline` runs steps 3–5 over runs already in a store, selected by graph, dataset,
 model and time, with the rewards recorded there or computed from given answers.

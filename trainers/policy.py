@@ -112,22 +112,22 @@ class _Totals:
     """Per role: [completion tokens, summed token entropy, tokens the KL was measured on, summed token k3 KL]."""
 
     def add_entropy(self, micro: TrainBatch, entropy_BT: Any) -> None:
-        tokens = micro.completion_mask_BT.sum(-1).tolist()
-        entropy = (entropy_BT * micro.completion_mask_BT).sum(-1).tolist()
-        for role, t, e in zip(micro.roles, tokens, entropy):
-            sums = self.roles.setdefault(role, [0.0, 0.0, 0.0, 0.0])
-            sums[0] += t
-            sums[1] += e
+        self._add_per_role(micro, entropy_BT, 0)
 
     def add_kl(self, micro: TrainBatch, kl_BT: Any) -> None:
+        tokens, kl = self._add_per_role(micro, kl_BT, 2)
+        self.kl_tokens += tokens
+        self.kl += kl
+
+    def _add_per_role(self, micro: TrainBatch, values_BT: Any, slot: int) -> tuple[float, float]:
+        """Add each row's completion tokens and summed values to its role's sums at ``slot``; return the totals."""
         tokens = micro.completion_mask_BT.sum(-1).tolist()
-        kl = (kl_BT * micro.completion_mask_BT).sum(-1).tolist()
-        for role, t, k in zip(micro.roles, tokens, kl):
+        values = (values_BT * micro.completion_mask_BT).sum(-1).tolist()
+        for role, t, v in zip(micro.roles, tokens, values):
             sums = self.roles.setdefault(role, [0.0, 0.0, 0.0, 0.0])
-            sums[2] += t
-            sums[3] += k
-            self.kl_tokens += t
-            self.kl += k
+            sums[slot] += t
+            sums[slot + 1] += v
+        return sum(tokens), sum(values)
 
 
 class Policy:

@@ -16,6 +16,8 @@ which traces get a gradient:
 - ``spiral_rsa``: the rollout is Recursive Self-Aggregation itself (population ``samples``,
   subsets of ``set_size``, ``rsa_steps`` steps: 8 + 2 x 8 = 24 calls), credited with the
   multi-level SPIRAL rule through its recorded lineage.
+- ``spiral_search_only`` / ``spiral_aggregate_only`` (:data:`ABLATIONS`): ``spiral`` with only its
+  search or only its aggregation traces trained: where do SPIRAL's updates go?
 
 Aggregations are sampled at ``aggregate_temperature`` (``None``: the loop's temperature), so
 that the aggregations of one set can disagree and their set-relative advantages are not all 0.
@@ -37,6 +39,8 @@ from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
 
 METHODS = ("grpo", "aggregator_only", "spiral", "spiral_rsa")
 """The recipes, by name."""
+ABLATIONS = ("spiral_search_only", "spiral_aggregate_only")
+"""``spiral`` with only one role trained (the other role's traces still roll out and set the credit)."""
 
 
 @dataclass(frozen=True)
@@ -73,12 +77,13 @@ def recipe(
         graph = graphs.agglm_data.build(samples=samples, set_size=set_size, aggregations=aggregations,
                                         **prompts, **temperature)
         return Recipe("aggregator_only", graph, {"scheme": "grpo", "roles": ("aggregate",), "easy_fraction": 0.5})
-    if name == "spiral":
+    if name in ("spiral", *ABLATIONS):
         graph = graphs.spiral.build(search=samples, sets=sets, set_size=set_size, aggregations=aggregations,
                                     **prompts, **temperature)
-        return Recipe(name, graph, {"scheme": "spiral"})
+        roles = {"spiral_search_only": {"roles": ("search",)}, "spiral_aggregate_only": {"roles": ("aggregate",)}}
+        return Recipe(name, graph, {"scheme": "spiral", **roles.get(name, {})})
     if name == "spiral_rsa":
         graph = graphs.rsa.build(population=samples, subset_size=set_size, steps=rsa_steps, logprobs=True,
                                  **prompts, **temperature)
         return Recipe(name, graph, {"scheme": "spiral"})
-    raise ValueError(f"unknown recipe {name!r}; choose from {', '.join(METHODS)}")
+    raise ValueError(f"unknown recipe {name!r}; choose from {', '.join((*METHODS, *ABLATIONS))}")

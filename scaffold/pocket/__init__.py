@@ -2,13 +2,15 @@
 
 The task (:class:`PocketTask`) adds a few n-digit numbers with worked, column-by-column steps and a
 ``\\boxed{}`` answer, checked with math-verify; problems come from a seeded generator in the
-JSONL schema of the shared data sets, and the train and test splits never overlap. The model is
-a ~0.6M-parameter Qwen2 decoder over a character tokenizer, trained from scratch here, on worked
-solutions and on aggregation examples, until a held-out check says it is in the aggregation
-regime: right about 40% of the time at temperature 1, so that sampling, voting and aggregating
-all matter (on 50 held-out problems: majority@8 0.60, after one RSA step at temperature 1 0.80).
-It is saved with ``save_pretrained``, so :class:`~scaffold.backends.TransformersBackend`, a vLLM
-server and the trainer load the same directory.
+JSONL schema of the shared data sets, and the train, validation and test splits never overlap.
+The model is a ~0.7M-parameter Qwen2 decoder over a character tokenizer, trained from scratch
+here on worked solutions and on aggregations of candidate solutions (half of them its own
+samples), and kept at the checkpoint that best meets the aggregation regime (:class:`Regime`)
+on validation problems: right about 40% of the time at temperature 1, its vote of 8 samples
+better than one, and its own aggregation of 4 of its samples better than their vote, so that
+sampling, voting and aggregating all matter. It is saved with ``save_pretrained``, so
+:class:`~scaffold.backends.TransformersBackend`, a vLLM server and the trainer load the same
+directory.
 
 :data:`SOLVE_PROMPT` and :data:`AGGREGATE_PROMPT` are the exact prompts it was trained on::
 
@@ -22,7 +24,7 @@ server and the trainer load the same directory.
             population = sf.aggregate(population, model="pocket", prompt=AGGREGATE_PROMPT, k=k, n=n)
         return sf.vote(population)
 
-    backend = sf.TransformersBackend(pocket_model())  # built on first use (2-3 minutes on 2 cores), then cached
+    backend = sf.TransformersBackend(pocket_model())  # built on first use (3-5 minutes on 2 cores), then cached
     row = PocketTask().problems(1, seed=0, split="test")[0]
     print(rsa.run_sync({"problem": row["problem"]}, models={"pocket": backend}, store=None).answer, row["answer"])
 

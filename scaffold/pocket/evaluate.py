@@ -185,16 +185,16 @@ def problem_scores(references: Sequence[str], samples: Sequence[Sequence[str | N
         ([0.5, 0.25], [1.0, 1.0], [1.0, 0.0], [1.0, 0.0])
     """
     count = len(samples[0])
-    out: dict[str, list[float]] = {name: [] for name in ("pass1", f"pass{count}", f"maj{count}", f"maj{k}",
-                                                          f"agg{k}")}
+    out: dict[str, list[float]] = {}
     for reference, population, aggregated in zip(references, samples, merged, strict=True):
         right = [equivalent(answer, reference) for answer in population]
         groups = [population[i:i + k] for i in range(0, count, k)]
-        out["pass1"].append(sum(right) / count)
-        out[f"pass{count}"].append(float(any(right)))
-        out[f"maj{count}"].append(float(_majority_right(population, reference)))
-        out[f"maj{k}"].append(sum(_majority_right(group, reference) for group in groups) / len(groups))
-        out[f"agg{k}"].append(sum(equivalent(answer, reference) for answer in aggregated) / len(aggregated))
+        row = {"pass1": sum(right) / count, f"pass{count}": float(any(right)),
+               f"maj{count}": float(_majority_right(population, reference)),
+               f"maj{k}": sum(_majority_right(group, reference) for group in groups) / len(groups),
+               f"agg{k}": sum(equivalent(answer, reference) for answer in aggregated) / len(aggregated)}
+        for name, value in row.items():
+            out.setdefault(name, []).append(value)
     return out
 
 
