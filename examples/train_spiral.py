@@ -54,6 +54,7 @@ Ends with one JSON line: ``bench``, ``results`` / ``results_equal_steps`` (metho
 ``differences`` (paired, with intervals), ``seeds``, ``budget_tokens``, ``equal_steps``, ``steps``
 (method → mean steps at equal tokens), ``lr`` (method → rate), ``sweep`` (method → rate →
 validation figures; ``start`` the base model's), ``zero_advantage`` (method → role → mean share),
+``roles`` (method → role → :func:`role_stats`),
 ``regime`` and ``seconds``.
 
 Usage: python examples/train_spiral.py [--quick] [--seeds 0 1 2] [--lrs 1e-4 3e-4 1e-3] [--budget TOKENS]
@@ -406,8 +407,14 @@ def main() -> None:
     for name, by_method in diff.items():
         for method, d in by_method.items():
             print(f"  {name:<20} {method:<16} {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
-    zero = {m: _zero_advantage([r for r in runs if r.method == m]) for m in plan.methods}
-    print("share of zero-advantage traces per role (mean over steps and seeds): " + json.dumps(zero))
+    roles = {m: role_stats([r for r in runs if r.method == m]) for m in plan.methods}
+    zero = {m: {role: v["zero_advantage"] for role, v in by_role.items()} for m, by_role in roles.items()}
+    print("\nper role, over steps and seeds: zero-advantage share, mean |advantage|, token entropy, KL to the start "
+          "at the last step, lowest answered share:")
+    for method, by_role in roles.items():
+        for role, v in by_role.items():
+            print(f"  {method:<22} {role:<9} 0-adv {v['zero_advantage']:.2f}  |adv| {v['advantage_abs_mean']:.3f}  "
+                  f"H {v['entropy']:.3f}  KL {v.get('kl_end', 0.0):.4f}  answered >= {v.get('answered_min', 0.0):.2f}")
     if args.plot:
         plot(plan.out / "train_spiral.png", results, ci)
     seconds = time.perf_counter() - started
@@ -416,19 +423,35 @@ def main() -> None:
         "bench": "train_spiral", "quick": args.quick, "results": results, "results_equal_steps": results_steps,
         "ci95": ci, "ci95_equal_steps": ci_steps, "differences": diff, "seeds": plan.seeds,
         "budget_tokens": plan.budget, "equal_steps": plan.equal_steps, "steps": steps, "lr": chosen,
-        "sweep": sweep, "zero_advantage": zero, "eval_problems": plan.eval_problems,
+        "sweep": sweep, "zero_advantage": zero, "roles": roles, "eval_problems": plan.eval_problems,
         "regime": {k: report[k] for k in ("pass1", "pass8", "maj4", "agg4", "build_seconds")},
         "seconds": round(seconds),
     }))
 
 
-def _zero_advantage(runs: list[Run]) -> dict[str, float]:
-    shares: dict[str, list[float]] = {}
+def role_stats(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """Per role, over every step of ``runs``: mean zero-advantage share, mean |advantage|, mean token entropy,
+    the KL to the start at the last measured step (mean over runs) and the lowest answered share."""
+    collected: dict[str, dict[str, list[float]]] = {}
     for run in runs:
+        last_kl: dict[str, float] = {}
         for metrics in run.history:
             for role, values in metrics.extra["roles"].items():
-                shares.setdefault(role, []).append(values["zero_advantage"])
-    return {role: round(sum(v) / len(v), 3) for role, v in shares.items()}
+                mine = collected.setdefault(role, {"zero_advantage": [], "advantage_abs_mean": [], "entropy": [],
+                                                   "kl_end": [], "answered_min": []})
+                for key in ("zero_advantage", "advantage_abs_mean", "entropy"):
+                    mine[key].append(values[key])
+                if values.get("answered") is not None:
+                    mine["answered_min"].append(values["answered"])
+                if values.get("kl") is not None:
+                    last_kl[role] = values["kl"]
+        for role, kl in last_kl.items():
+            collected[role]["kl_end"].append(kl)
+    out: dict[str, dict[str, float]] = {}
+    for role, lists in collected.items():
+        out[role] = {key: round(min(v) if key == "answered_min" else sum(v) / len(v), 4)
+                     for key, v in lists.items() if v}
+    return out
 
 
 if __name__ == "__main__":

@@ -209,6 +209,10 @@ def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[P
     assert set(figures["differences"]["rsa_minus_grpo_rsa"]) == methods - {"grpo"}
     assert {"pass1", "pass8", "maj4", "agg4", "build_seconds"} <= set(figures["regime"])
     assert set(figures["zero_advantage"]["spiral"]) == {"search", "aggregate"}
+    spiral_roles = figures["roles"]["spiral"]
+    assert set(spiral_roles) == {"search", "aggregate"} and set(figures["roles"]["grpo"]) == {"single"}
+    assert all(0.0 <= r["zero_advantage"] <= 1.0 and r["entropy"] > 0.0 and 0.0 <= r["answered_min"] <= 1.0
+               for r in spiral_roles.values())
     logs = sorted(p.name for p in tmp_path.glob("*.jsonl"))
     assert len(logs) == 4 * 3 and "spiral-seed1-lr" in " ".join(logs)  # 2 rates on seed 0, the chosen one on seed 1
     assert (tmp_path / "train_spiral.png").read_bytes()[:4] == b"\x89PNG"
