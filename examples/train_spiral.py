@@ -89,7 +89,7 @@ from trainers.types import StepMetrics  # noqa: E402
 METRICS = ("pass1", "pass8", "maj4", "maj8", "agg4", "rsa")
 LRS = (3e-5, 1e-4, 3e-4)
 """The learning-rate sweep of the full run."""
-QUICK_LRS = {"grpo": 3e-4, "aggregator_only": 3e-4, "spiral": 3e-4, "spiral_rsa": 3e-4}
+QUICK_LRS = {"grpo": 1e-4, "aggregator_only": 3e-5, "spiral": 3e-5, "spiral_rsa": 3e-5}
 """The rates ``--quick`` trains at (what the full run's sweep chose)."""
 EVAL_SEED = 1234
 """Every model is evaluated with this sampling seed (common random numbers make paired differences sharper)."""
