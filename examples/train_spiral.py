@@ -51,7 +51,8 @@ rolls out with an in-process vLLM engine refreshed after every update
 
 Ends with one JSON line: ``bench``, ``results`` / ``results_equal_steps`` (method → ``before`` /
 ``after`` → metric → mean over seeds), ``ci95`` / ``ci95_equal_steps`` (the same shape, half-widths),
-``differences`` (paired, with intervals), ``seeds``, ``budget_tokens``, ``equal_steps``, ``steps``
+``differences`` / ``differences_equal_steps`` (paired, with intervals: ``rsa_minus_grpo_rsa``,
+``agg4_minus_maj4``, ``rsa_minus_start_rsa``), ``seeds``, ``budget_tokens``, ``equal_steps``, ``steps``
 (method → mean steps at equal tokens), ``lr`` (method → rate), ``sweep`` (method → rate →
 validation figures; ``start`` the base model's), ``zero_advantage`` (method → role → mean share),
 ``roles`` (method → role → :func:`role_stats`),
@@ -233,8 +234,9 @@ def summarise(runs: list[Run], before: dict[str, list[float]], budget: str) -> t
     return results, ci
 
 
-def differences(runs: list[Run], budget: str) -> dict[str, Any]:
-    """Paired differences (same seed, same problem) with 95% intervals: the experiment's two targets."""
+def differences(runs: list[Run], budget: str, before: dict[str, list[float]]) -> dict[str, Any]:
+    """Paired differences (same seed, same problem) with 95% intervals: the experiment's two targets, and each
+    method's RSA accuracy against the start's (``before``, the same problems and evaluation seed)."""
     out: dict[str, Any] = {}
     by = {(r.method, r.seed): r for r in runs}
     seeds = sorted({r.seed for r in runs})
@@ -250,6 +252,12 @@ def differences(runs: list[Run], budget: str) -> dict[str, Any]:
     methods = list(dict.fromkeys(r.method for r in runs))
     out["rsa_minus_grpo_rsa"] = {m: d for m in methods if m != "grpo" and (d := paired((m, "rsa"), ("grpo", "rsa")))}
     out["agg4_minus_maj4"] = {m: d for m in methods if (d := paired((m, "agg4"), (m, "maj4")))}
+    out["rsa_minus_start_rsa"] = {}
+    for m in methods:
+        rows = [[x - y for x, y in zip(by[(m, s)].scores[budget]["rsa"], before["rsa"])] for s in seeds
+                if (m, s) in by]
+        mean, low, high = seeds_bootstrap_ci(rows)
+        out["rsa_minus_start_rsa"][m] = {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4)}
     return out
 
 
@@ -263,12 +271,12 @@ def choose_lr(method: str, candidates: dict[float, dict[str, float]]) -> float:
 
 
 def table(title: str, results: dict[str, Any], ci: dict[str, Any], steps: dict[str, float]) -> str:
-    lines = [title, f"{'method':<16} {'steps':>5}  " + "  ".join(f"{m:>19}" for m in METRICS)]
+    lines = [title, f"{'method':<22} {'steps':>5}  " + "  ".join(f"{m:>19}" for m in METRICS)]
     first = next(iter(results.values()))
-    lines.append(f"{'start':<16} {0:>5}  " + "  ".join(
+    lines.append(f"{'start':<22} {0:>5}  " + "  ".join(
         f"{first['before'][m]:.3f} ± {next(iter(ci.values()))['before'][m]:.3f}".rjust(19) for m in METRICS))
     for method, row in results.items():
-        lines.append(f"{method:<16} {steps[method]:>5.0f}  " + "  ".join(
+        lines.append(f"{method:<22} {steps[method]:>5.0f}  " + "  ".join(
             f"{row['after'][m]:.3f} ± {ci[method]['after'][m]:.3f}".rjust(19) for m in METRICS))
     return "\n".join(lines)
 
@@ -287,9 +295,9 @@ def plot(path: Path, results: dict[str, Any], ci: dict[str, Any]) -> None:
                yerr=[ci[name]["after"][m] for m in METRICS], capsize=2)
         ax.set_xticks(list(xs), METRICS, fontsize=8)
         ax.set_title(name)
-        ax.set_ylim(0, 1)
+        ax.set_ylim(0, 1.12)
     axes[0][0].set_ylabel("held-out accuracy")
-    axes[0][0].legend(loc="upper left")
+    axes[0][0].legend(loc="upper left", ncol=2, fontsize=8, frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -402,11 +410,12 @@ def main() -> None:
     print()
     print(table(f"equal optimiser steps ({plan.equal_steps})", results_steps, ci_steps,
                 {m: plan.equal_steps for m in plan.methods}))
-    diff = differences(runs, "tokens")
-    print("\npaired differences at equal tokens, mean [95% interval] over seeds and problems:")
-    for name, by_method in diff.items():
-        for method, d in by_method.items():
-            print(f"  {name:<20} {method:<16} {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+    diff, diff_steps = differences(runs, "tokens", before), differences(runs, "steps", before)
+    for title, shown in (("equal tokens", diff), ("equal steps", diff_steps)):
+        print(f"\npaired differences at {title}, mean [95% interval] over seeds and problems:")
+        for name, by_method in shown.items():
+            for method, d in by_method.items():
+                print(f"  {name:<20} {method:<22} {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
     roles = {m: role_stats([r for r in runs if r.method == m]) for m in plan.methods}
     zero = {m: {role: v["zero_advantage"] for role, v in by_role.items()} for m, by_role in roles.items()}
     print("\nper role, over steps and seeds: zero-advantage share, mean |advantage|, token entropy, KL to the start "
@@ -421,7 +430,8 @@ def main() -> None:
     print(f"logs: {plan.out}/*.jsonl; {seconds:.0f} s")
     print(json.dumps({
         "bench": "train_spiral", "quick": args.quick, "results": results, "results_equal_steps": results_steps,
-        "ci95": ci, "ci95_equal_steps": ci_steps, "differences": diff, "seeds": plan.seeds,
+        "ci95": ci, "ci95_equal_steps": ci_steps, "differences": diff,
+        "differences_equal_steps": diff_steps, "seeds": plan.seeds,
         "budget_tokens": plan.budget, "equal_steps": plan.equal_steps, "steps": steps, "lr": chosen,
         "sweep": sweep, "zero_advantage": zero, "roles": roles, "eval_problems": plan.eval_problems,
         "regime": {k: report[k] for k in ("pass1", "pass8", "maj4", "agg4", "build_seconds")},

@@ -207,6 +207,9 @@ def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[P
     assert "rsa" in figures["sweep"]["start"]["-"]
     assert set(figures["steps"]) == methods and all(s >= 1 for s in figures["steps"].values())
     assert set(figures["differences"]["rsa_minus_grpo_rsa"]) == methods - {"grpo"}
+    assert set(figures["differences_equal_steps"]["rsa_minus_start_rsa"]) == methods
+    assert all(-1.0 <= d["low"] <= d["mean"] <= d["high"] <= 1.0
+               for d in figures["differences"]["rsa_minus_start_rsa"].values())
     assert {"pass1", "pass8", "maj4", "agg4", "build_seconds"} <= set(figures["regime"])
     assert set(figures["zero_advantage"]["spiral"]) == {"search", "aggregate"}
     spiral_roles = figures["roles"]["spiral"]
