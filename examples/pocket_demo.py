@@ -16,7 +16,7 @@ aggregation step (``out/pocket_demo.png``).
 its key in the environment), or a vLLM server (``hosted_vllm/NAME`` with ``--api-base``; add
 ``--prompts pocket`` when it serves the pocket model).
 
-Usage: python examples/pocket_demo.py [--problems 100] [--population 8] [--subset 4] [--steps 3]
+Usage: python examples/pocket_demo.py [--problems 100] [--population 8] [--subset 4] [--steps 2]
        [--model NAME] [--api-base URL] [--prompts pocket|generic] [--plot PATH] [--pocket-dir DIR]
 """
 
@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=100)
     parser.add_argument("--population", type=int, default=8)
     parser.add_argument("--subset", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=2, help="RSA steps (2: the RSA of examples/train_spiral.py)")
     parser.add_argument("--model", help="a litellm model name instead of the in-process pocket model")
     parser.add_argument("--api-base", help="the server of --model (e.g. a vLLM server's http://host:8000/v1)")
     parser.add_argument("--prompts", choices=["pocket", "generic"],

@@ -13,6 +13,8 @@ Imports torch and transformers: import it where they are already needed.
 
 from __future__ import annotations
 
+import inspect
+from functools import cache as _memo
 from typing import Any
 
 import torch
@@ -23,16 +25,29 @@ from transformers.cache_utils import DynamicLayer
 def decoding_cache(model: Any, capacity: int) -> DynamicCache:
     """A ``DynamicCache`` for ``model`` preallocating ``capacity`` positions per full-attention layer.
 
-    Pass it as ``past_key_values`` to the prefill call, then keep passing what the model returns.
+    Pass it to every forward call of the decoding loop with :func:`cache_argument` (it is updated in place).
 
     Example:
         >>> cache = decoding_cache(model, prompt_width + max_new_tokens)  # doctest: +SKIP
-        >>> out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)  # doctest: +SKIP
+        >>> out = model(input_ids=ids, use_cache=True, **cache_argument(model, cache))  # doctest: +SKIP
     """
     cache = DynamicCache(config=model.config)
     if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
         cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
     return cache
+
+
+def cache_argument(model: Any, cache: Any) -> dict[str, Any]:
+    """``{name: cache}`` for ``model``'s forward: ``cache`` in transformers releases that renamed it, else
+    ``past_key_values`` (the older name, deprecated since)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper takes **kwargs
+    return {_cache_keyword(type(base).forward): cache}
+
+
+@_memo
+def _cache_keyword(forward: Any) -> str:
+    parameters = inspect.signature(forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class PreallocatedLayer(DynamicLayer):

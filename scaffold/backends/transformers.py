@@ -305,7 +305,7 @@ class TransformersBackend:
     def _decode(self, rows: list[_Row]) -> list[Output]:
         """The sampling loop: 1) prefill the left-padded prompts, 2) pick, record, feed one token per step."""
         torch, _ = _require_torch()
-        from scaffold.backends.kv_cache import decoding_cache
+        from scaffold.backends.kv_cache import cache_argument, decoding_cache
         # 1) prefill
         lengths = [len(row.prompt_ids) for row in rows]
         width = max(lengths)
@@ -319,8 +319,8 @@ class TransformersBackend:
         sampler = Sampler(rows, self.device)
         record = Recorder(self, rows, lengths)
         cache = decoding_cache(self.model, width + min(max(record.limits, default=0), 512) + 1)  # grows if needed
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                         **self._forward_options)
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                         **cache_argument(self.model, cache), **self._forward_options)
         next_positions = torch.tensor(lengths, device=self.device)
         # 2) decode
         while True:
@@ -336,7 +336,7 @@ class TransformersBackend:
             feed = torch.where(active, tokens, torch.full_like(tokens, self.pad_id))
             mask = torch.cat([mask, active[:, None].long()], dim=1)
             out = self.model(input_ids=feed[:, None], attention_mask=mask, position_ids=next_positions[:, None],
-                             past_key_values=out.past_key_values, **self._forward_options)
+                             **cache_argument(self.model, cache), **self._forward_options)
             next_positions += 1
 
 

@@ -220,7 +220,7 @@ def sample_texts(model: Any, tokenizer: Any, users: Sequence[str], *, temperatur
     """Answer each user message once, in one batch, with one seeded generator (greedy at temperature 0)."""
     import torch
 
-    from scaffold.backends.kv_cache import decoding_cache
+    from scaffold.backends.kv_cache import cache_argument, decoding_cache
 
     ids = [tokenizer(chat_prompt(tokenizer, user), add_special_tokens=False)["input_ids"] for user in users]
     width = max(map(len, ids))
@@ -236,8 +236,8 @@ def sample_texts(model: Any, tokenizer: Any, users: Sequence[str], *, temperatur
     try:
         with torch.no_grad():
             cache = decoding_cache(model, width + max_new_tokens + 1)
-            logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                           use_cache=True)
+            logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                           **cache_argument(model, cache))
             for _ in range(max_new_tokens):
                 last = logits.logits[:, -1, :].float()
                 if temperature <= 0:
@@ -252,7 +252,7 @@ def sample_texts(model: Any, tokenizer: Any, users: Sequence[str], *, temperatur
                 mask = torch.cat([mask, (~done | (token == eos)).long()[:, None]], dim=1)
                 positions = positions[:, -1:] + 1
                 logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions,
-                               past_key_values=logits.past_key_values, use_cache=True)
+                               use_cache=True, **cache_argument(model, cache))
     finally:
         if was_training:
             model.train()
