@@ -152,8 +152,7 @@ def train_run(base: Path, method: str, seed: int, lr: float, rows: list[dict[str
         state = torch.load(saved, weights_only=False)
         if state.get("key") == key:
             print(f"    {name}: reusing the finished run saved in {saved}", flush=True)
-            return Run(method, seed, lr, [StepMetrics(**m) for m in state["history"]],
-                       {b: (step, weights) for b, (step, weights) in state["at"].items()})
+            return Run(method, seed, lr, [StepMetrics(**m) for m in state["history"]], dict(state["at"]))
     chosen = recipe(method, prompt=SOLVE_PROMPT, aggregate_prompt=AGGREGATE_PROMPT,
                     aggregate_temperature=plan.aggregate_temperature)
     log = plan.out / f"{name}.jsonl"
@@ -168,13 +167,12 @@ def train_run(base: Path, method: str, seed: int, lr: float, rows: list[dict[str
     run = Run(method, seed, lr, [])
 
     def keep(metrics: StepMetrics) -> None:
-        weights = None
-        if "tokens" not in run.at and metrics.extra["sampled_tokens"] >= plan.budget:
+        reached = [budget for budget, due in (("tokens", metrics.extra["sampled_tokens"] >= plan.budget),
+                                              ("steps", metrics.step == plan.equal_steps))
+                   if due and budget not in run.at]
+        if reached:  # one copy of the weights, shared by both budgets when they fall on the same step
             weights = {k: v.detach().cpu().clone() for k, v in policy.model.state_dict().items()}
-            run.at["tokens"] = (metrics.step, weights)
-        if metrics.step == plan.equal_steps:
-            weights = weights or {k: v.detach().cpu().clone() for k, v in policy.model.state_dict().items()}
-            run.at["steps"] = (metrics.step, weights)
+            run.at.update({budget: (metrics.step, weights) for budget in reached})
         roles = metrics.extra["roles"]
         shown = "  ".join(f"{role[:3]} 0-adv {r['zero_advantage']:.2f} H {r['entropy']:.3f} KL {r['kl'] or 0:.4f}"
                           for role, r in roles.items())
@@ -183,10 +181,16 @@ def train_run(base: Path, method: str, seed: int, lr: float, rows: list[dict[str
 
     run.history = train_online(policy, chosen.graph, rows, config, store=None, progress=False, engine=engine,
                                on_step=keep, until=lambda history: len(run.at) == 2)
-    partial = saved.with_suffix(".partial")
-    torch.save({"key": key, "history": [dataclasses.asdict(m) for m in run.history], "at": run.at}, partial)
-    os.replace(partial, saved)
+    state = {"key": key, "history": [dataclasses.asdict(m) for m in run.history], "at": run.at}
+    write_atomically(saved, lambda tmp: torch.save(state, tmp))
     return run
+
+
+def write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
+    """``write`` to a scratch file beside ``path``, then rename it over ``path``: a kill leaves the old or the new."""
+    scratch = path.with_suffix(".partial")
+    write(scratch)
+    os.replace(scratch, path)
 
 
 def cached(path: Path, key: dict[str, Any], plan: Plan, compute: Callable[[], Any]) -> Any:
@@ -196,9 +200,7 @@ def cached(path: Path, key: dict[str, Any], plan: Plan, compute: Callable[[], An
         if saved.get("key") == key:
             return saved["value"]
     value = compute()
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps({"key": key, "value": value}))
-    os.replace(partial, path)
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps({"key": key, "value": value})))
     return value
 
 
