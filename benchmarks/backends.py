@@ -27,9 +27,9 @@ import statistics
 import time
 
 import scaffold as sf
+from scaffold._types import Request
 from scaffold.backends import Retry
 from scaffold.testing import OpenAIServer, ServerRequest
-from scaffold.types import Request
 
 RATE = 40.0
 IN_FLIGHT = 16
@@ -72,7 +72,7 @@ async def overhead_litellm(server: OpenAIServer, calls: int) -> float:
 
 
 async def overhead_plain_litellm(server: OpenAIServer, calls: int) -> float:
-    from scaffold.backends.litellm import import_litellm, release_litellm_loop
+    from scaffold.backends._litellm import import_litellm, release_litellm_loop
 
     litellm = import_litellm()
     kwargs = {"model": "hosted_vllm/test-model", "api_base": server.base_url, "api_key": "sk-bench",

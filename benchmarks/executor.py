@@ -30,8 +30,8 @@ import sys
 import time
 
 import scaffold as sf
+from scaffold._types import Message, Request, Trace
 from scaffold.testing import SimulatedBackend
-from scaffold.types import Message, Request, Trace
 
 MEDIAN, SIGMA = 0.05, 0.5
 TARGET_RATIO, TARGET_CPU_US = 1.05, 60.0

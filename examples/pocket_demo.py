@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import scaffold as sf
+from scaffold._rules import cluster_answers
 from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask, pocket_model, pocket_task
-from scaffold.rules import cluster_answers
 
 GENERIC_SOLVE = "Solve the problem. Put the final answer in \\boxed{}.\n\n{problem}"
 

@@ -81,7 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import scaffold as sf  # noqa: E402
 from scaffold.evaluation import seeds_bootstrap_ci  # noqa: E402
 from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, load_report, pocket_model, pocket_task  # noqa: E402
-from scaffold.pocket.evaluate import score_pocket  # noqa: E402
+from scaffold.pocket._evaluate import score_pocket  # noqa: E402
 from trainers.loop import LoopConfig, train_online  # noqa: E402
 from trainers.policy import Policy, PolicyConfig  # noqa: E402
 from trainers.recipes import ABLATIONS, METHODS, recipe  # noqa: E402

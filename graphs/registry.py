@@ -26,7 +26,7 @@ from graphs.rsa import rsa
 from graphs.self_consistency import self_consistency
 from graphs.single import single_sample
 from graphs.tree import aggregation_tree
-from scaffold.errors import GraphDefinitionError
+from scaffold._errors import GraphDefinitionError
 
 TOPOLOGIES: dict[str, sf.GraphFunction] = {
     "single_sample": single_sample,

@@ -14,24 +14,14 @@ Example:
     '7'
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-from scaffold.answers import equivalent, extract_boxed, extract_last_number
-from scaffold.backends import (
-    Backend,
-    Capabilities,
-    LiteLLMBackend,
-    Model,
-    Retry,
-    TransformersBackend,
-    VLLMBackend,
-    VLLMServer,
-    load_models,
-)
-from scaffold.budget import Budget
-from scaffold.builder import Input
-from scaffold.control import loop
-from scaffold.errors import (
+from scaffold._answers import equivalent, extract_boxed, extract_last_number
+from scaffold._budget import Budget
+from scaffold._builder import Input
+from scaffold._control import loop
+from scaffold._errors import (
     AuthenticationError,
     BackendError,
     BadRequestError,
@@ -61,14 +51,14 @@ from scaffold.errors import (
     SubsetSizeError,
     TemplateError,
 )
-from scaffold.events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
-from scaffold.executor import format_candidates
-from scaffold.graph import Graph, GraphFunction, graph
-from scaffold.limits import InFlightLimit, RateLimit
-from scaffold.nodes import Node, Quorum, RuleOutput
-from scaffold.primitives import AGGREGATE_PROMPT, aggregate, candidates, generate, sample
-from scaffold.result import RunResult
-from scaffold.rules import (
+from scaffold._events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
+from scaffold._executor import format_candidates
+from scaffold._graph import Graph, GraphFunction, graph
+from scaffold._limits import InFlightLimit, RateLimit
+from scaffold._nodes import Node, Quorum, RuleOutput
+from scaffold._primitives import AGGREGATE_PROMPT, aggregate, candidates, generate, sample
+from scaffold._result import RunResult
+from scaffold._rules import (
     agreement,
     best_of,
     cluster_answers,
@@ -80,18 +70,29 @@ from scaffold.rules import (
     vote,
     weighted_vote,
 )
-from scaffold.selectors import AllMembers, CustomSelector, Each, Pairs, Partition, RandomSubsets, Selector
+from scaffold._selectors import AllMembers, CustomSelector, Each, Pairs, Partition, RandomSubsets, Selector
+from scaffold._template import Template
+from scaffold._types import Completion, Message, Request, Status, Trace, TraceKind, Usage
+from scaffold.backends import (
+    Backend,
+    Capabilities,
+    LiteLLMBackend,
+    Model,
+    Retry,
+    TransformersBackend,
+    VLLMBackend,
+    VLLMServer,
+    load_models,
+)
 from scaffold.store import close_stores
-from scaffold.template import Template
-from scaffold.types import Completion, Message, Request, Status, Trace, TraceKind, Usage
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from scaffold.store import RunInfo, Store, Totals
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     # the store's classes import SQLAlchemy (~0.4 s); load them on first use, not with `import scaffold`
     if name in ("Store", "RunInfo", "Totals"):
         from scaffold import store

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable
 
 import scaffold as sf
-from scaffold.types import Request
+from scaffold._types import Request
 
 
 @sf.graph

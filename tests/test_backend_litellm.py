@@ -14,9 +14,9 @@ import pytest
 from helpers import max_in_window, peak_in_flight
 
 import scaffold as sf
+from scaffold._types import Request
 from scaffold.backends import Retry
-from scaffold.testing.server import Fault, OpenAIServer, ServerRequest
-from scaffold.types import Request
+from scaffold.testing._server import Fault, OpenAIServer, ServerRequest
 
 KEY = "sk-test-9f8e7d6c5b4a"
 FAST = Retry(attempts=4, initial_delay=0.01, max_delay=0.05)

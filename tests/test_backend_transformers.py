@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import scaffold as sf
-from scaffold.backends.base import Backend
-from scaffold.backends.transformers import TransformersBackend
-from scaffold.errors import BackendError
-from scaffold.types import Completion, Request
+from scaffold._errors import BackendError
+from scaffold._types import Completion, Request
+from scaffold.backends._base import Backend
+from scaffold.backends._transformers import TransformersBackend
 
 QUESTION = "what is two plus two?"
 
@@ -253,7 +253,7 @@ def test_graph_run_records_token_ids_logprobs_and_usage(backend: TransformersBac
 
 def test_module_imports_without_torch_and_asks_for_the_train_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Importing the module loads no torch; building a backend without torch names the extra to install."""
-    code = "import sys, scaffold.backends.transformers; assert 'torch' not in sys.modules"
+    code = "import sys, scaffold.backends._transformers; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ImportError, match=r"scaffold-sdk\[train\]"):

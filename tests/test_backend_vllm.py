@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import scaffold as sf
-from scaffold.backends.vllm_server import VLLMServer
-from scaffold.errors import BackendError
-from scaffold.types import Completion, Request
+from scaffold._errors import BackendError
+from scaffold._types import Completion, Request
+from scaffold.backends._vllm_server import VLLMServer
 
 pytestmark = [
     # Third-party deprecations raised while vLLM starts an engine, none of them actionable here:
@@ -62,7 +62,7 @@ def tokenizer(model_dir: Path) -> Any:
 @pytest.fixture(scope="module")
 def engine(model_dir: Path) -> Iterator[Any]:
     """One in-process engine for the module, with LoRA enabled."""
-    from scaffold.backends.vllm import VLLMBackend
+    from scaffold.backends._vllm import VLLMBackend
 
     backend = VLLMBackend(model_dir, enable_lora=True, max_lora_rank=16, max_model_len=1024)
     yield backend
@@ -347,7 +347,7 @@ def test_update_weights_refreshes_the_engine_in_place(engine: Any, hf: Any, toke
 @pytest.mark.slow
 def test_a_second_engine_in_the_same_process_is_refused(model_dir: Path, engine: Any) -> None:
     """vLLM's parallel state is process-wide: a second live engine fails at construction, clearly."""
-    from scaffold.backends.vllm import VLLMBackend
+    from scaffold.backends._vllm import VLLMBackend
 
     with pytest.raises(RuntimeError, match="one in-process engine at a time"):
         VLLMBackend(model_dir)
@@ -360,7 +360,7 @@ def test_module_imports_without_vllm_and_names_the_extra() -> None:
     import sys
 
     code = ("import sys; sys.modules['vllm'] = None\n"
-            "from scaffold.backends.vllm import VLLMBackend\n"
+            "from scaffold.backends._vllm import VLLMBackend\n"
             "try:\n    VLLMBackend('x')\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'scaffold-sdk[vllm]'" in out

@@ -19,13 +19,13 @@ import pytest
 from helpers import boxed, chain, peak_in_flight
 
 import scaffold as sf
-import scaffold.testing.server as server_module
+import scaffold.testing._server as server_module
+from scaffold._limits import InFlightLimit, RateLimit
+from scaffold._types import Completion, Request, Usage
 from scaffold.backends import Retry
-from scaffold.limits import InFlightLimit, RateLimit
 from scaffold.testing import ScriptedBackend
-from scaffold.testing.openai_wire import Refusal, error_response
-from scaffold.testing.server import Fault, OpenAIServer
-from scaffold.types import Completion, Request, Usage
+from scaffold.testing._openai_wire import Refusal, error_response
+from scaffold.testing._server import Fault, OpenAIServer
 
 KEY = "tgp-v1-7c1d2e3f4a5b6c7d8e9f"  # not shaped like an OpenAI key: only redaction by value can hide it
 REQUEST = Request(messages=(("user", "2+2?"),))
@@ -453,7 +453,7 @@ def test_one_litellm_model_shared_by_threads_over_http():
 
 def test_a_providers_own_key_variable_is_redacted_from_errors(monkeypatch):
     """A key litellm reads from the provider's variable (not shaped like sk-...) never appears in an error."""
-    from scaffold.backends.litellm import LiteLLMBackend
+    from scaffold.backends._litellm import LiteLLMBackend
 
     monkeypatch.setenv("GEMINI_API_KEY", "AIzaSyExample0123456789")
     backend = LiteLLMBackend("gemini/gemini-2.0-flash")
@@ -462,7 +462,7 @@ def test_a_providers_own_key_variable_is_redacted_from_errors(monkeypatch):
 
 def test_secret_headers_in_params_reach_the_server_but_not_the_records():
     """An Authorization header given in a Model's params is sent, yet absent from params, requests and traces."""
-    from scaffold.backends.litellm import LiteLLMBackend, MaskedKey
+    from scaffold.backends._litellm import LiteLLMBackend, MaskedKey
     from scaffold.testing import OpenAIServer
 
     with OpenAIServer(policy="\\boxed{1}", api_key="sk-header-secret-123") as server:

@@ -6,8 +6,8 @@ import pytest
 from helpers import boxed, chain
 
 import scaffold as sf
+from scaffold._types import Completion, Usage
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Completion, Usage
 
 
 def priced(cost: float | None, tokens: int = 50):

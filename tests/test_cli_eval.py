@@ -205,7 +205,7 @@ def test_compare_names_what_it_cannot_find(tmp_path: Path) -> None:
 
 def test_a_local_hugging_face_dataset_directory_loads_through_datasets(tmp_path: Path) -> None:
     """hf:DIR:SPLIT goes through datasets.load_dataset (the hub path, offline); a hub name offline is one line."""
-    from scaffold.cli.evaluate import load_rows
+    from scaffold.cli._evaluate import load_rows
 
     folder = tmp_path / "hubset"
     folder.mkdir()

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner, Result
 from helpers import boxed, chain, rsa
 
+from scaffold._types import Completion, Trace, Usage
 from scaffold.cli import main
 from scaffold.store import Store
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Completion, Trace, Usage
 
 LONG = "a very long derivation " * 40
 

@@ -10,8 +10,8 @@ import pytest
 
 import scaffold as sf
 from graphs.rsa import rsa
+from scaffold._types import Completion, Request, Status, Trace, TraceKind
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Completion, Request, Status, Trace, TraceKind
 from trainers import (
     SCHEMES,
     agglm_select,

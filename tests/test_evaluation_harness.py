@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 import scaffold as sf
-from scaffold.errors import EvaluationError, ServerError
+from scaffold._errors import EvaluationError, ServerError
 from scaffold.evaluation import (
     COLUMNS,
     EVAL_SOURCE,

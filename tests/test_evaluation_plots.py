@@ -13,9 +13,10 @@ from helpers import boxed
 
 import graphs
 import scaffold as sf
-from scaffold.errors import EvaluationError
+from scaffold._errors import EvaluationError
+from scaffold._types import Completion, Request
 from scaffold.evaluation import EvalReport, evaluate
-from scaffold.evaluation.plots import (
+from scaffold.evaluation._plots import (
     BudgetPoint,
     budget_points,
     plot_budget,
@@ -25,7 +26,6 @@ from scaffold.evaluation.plots import (
     write_plots,
 )
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Completion, Request
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROWS = [{"problem": f"{i}+{i}", "answer": str(2 * i)} for i in range(1, 5)]
@@ -167,7 +167,7 @@ def test_gain_panel_leaves_empty_bins_as_gaps_and_labels_bars_with_counts(report
     """Two bars per non-empty bin only, each labelled with its bin's call count; every bin keeps its tick."""
     from matplotlib.figure import Figure
 
-    from scaffold.evaluation.plots import _gain_panel
+    from scaffold.evaluation._plots import _gain_panel
 
     bins = reports["rsa"].gain
     filled = [b for b in bins if b.problems]

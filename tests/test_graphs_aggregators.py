@@ -11,8 +11,8 @@ from helpers import boxed
 import graphs
 import scaffold as sf
 from graphs.tree import tree_sizes
+from scaffold._types import Request
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Request
 
 
 def counting(label: str, answer: object = 1) -> ScriptedBackend:

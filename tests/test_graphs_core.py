@@ -108,7 +108,7 @@ def test_graphs_exports_import() -> None:
 
 def test_default_prompts_send_a_literal_boxed_and_no_doubled_braces() -> None:
     """Every default prompt renders with its variables filled, ``\\boxed{}`` intact and no ``{{`` left over."""
-    from scaffold.template import Template
+    from scaffold._template import Template
 
     values = {"problem": "PROBLEM", "candidates": "CANDIDATES", "k": 2}
     for name in [n for n in graphs.__all__ if n.endswith("_PROMPT")]:

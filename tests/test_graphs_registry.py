@@ -8,7 +8,7 @@ import pytest
 
 import graphs
 from graphs.registry import StepVerifier
-from scaffold.errors import GraphError
+from scaffold._errors import GraphError
 from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask
 
 

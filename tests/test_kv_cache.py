@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from scaffold.backends.kv_cache import PreallocatedLayer, cache_argument, decoding_cache
+from scaffold.backends._kv_cache import PreallocatedLayer, cache_argument, decoding_cache
 
 
 def greedy_logits(model: Any, prompt_BT: torch.Tensor, steps: int, cache: Any) -> list[torch.Tensor]:

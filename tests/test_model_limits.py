@@ -11,10 +11,10 @@ import pytest
 from helpers import boxed, max_in_window
 
 import scaffold as sf
+from scaffold._limits import RateLimit, Throttle
+from scaffold._types import Completion, Request, Usage
 from scaffold.backends import Retry
-from scaffold.limits import RateLimit, Throttle
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Completion, Request, Usage
 
 FAST = Retry(attempts=4, initial_delay=0.01, max_delay=0.02)
 

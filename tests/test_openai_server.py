@@ -16,7 +16,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from scaffold.testing.server import (
+from scaffold.testing._server import (
     Fault,
     OpenAIServer,
     ServerRequest,

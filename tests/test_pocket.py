@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import scaffold as sf
-from scaffold.answers import equivalent, extract_boxed
+from scaffold._answers import equivalent, extract_boxed
 from scaffold.pocket import (
     AGGREGATE_PROMPT,
     SOLVE_PROMPT,
@@ -25,8 +25,8 @@ from scaffold.pocket import (
     solve_prompt,
     split_of,
 )
-from scaffold.pocket.prompts import encode_example
-from scaffold.pocket.tokenizer import ALPHABET
+from scaffold.pocket._prompts import encode_example
+from scaffold.pocket._tokenizer import ALPHABET
 from scaffold.testing import ScriptedBackend
 
 SCHEMA = {"id", "problem", "answer", "source"}
@@ -208,7 +208,7 @@ def test_saved_model_answers_through_the_transformers_backend(quick_model: tuple
 # -- the cache ----------------------------------------------------------------------------------------
 def test_pocket_model_builds_once_and_rebuilds_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first call builds into <cache>/pocket/<fingerprint>, later calls reuse it, rebuild=True replaces it."""
-    import scaffold.pocket.train as train
+    import scaffold.pocket._train as train
 
     builds: list[Path] = []
 
@@ -231,7 +231,7 @@ def test_pocket_model_builds_once_and_rebuilds_on_request(tmp_path: Path, monkey
 
 def test_a_failed_build_leaves_no_model_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A build that raises leaves neither the model directory nor its temporary directory."""
-    import scaffold.pocket.train as train
+    import scaffold.pocket._train as train
 
     def failing_build(out: Path, config: PocketConfig, *, progress: bool = True) -> None:
         (Path(out) / "half-written").write_text("x")

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from scaffold.pocket import PocketConfig, PocketTask, Regime, aggregate_prompt, build_tokenizer, split_of
-from scaffold.pocket.evaluate import check_figures, problem_scores
-from scaffold.pocket.examples import Examples
-from scaffold.pocket.regime import Selection
+from scaffold.pocket._evaluate import check_figures, problem_scores
+from scaffold.pocket._examples import Examples
+from scaffold.pocket._regime import Selection
 
 INSIDE = {"pass1": 0.40, "pass8": 0.90, "maj8": 0.55, "maj4": 0.50, "agg4": 0.65}
 

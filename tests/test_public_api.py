@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 
 import pytest
 
@@ -21,6 +22,66 @@ def test_exported_members_import(module):
     namespace: dict[str, object] = {}
     exec(f"from {module.__name__} import *", namespace)
     assert sorted(k for k in namespace if k != "__builtins__") == sorted(module.__all__)
+
+
+PUBLIC_PACKAGES = {
+    "scaffold": {"backends", "cli", "evaluation", "pocket", "store", "testing"},
+    "scaffold.backends": set(),
+    "scaffold.cli": set(),
+    "scaffold.evaluation": set(),
+    "scaffold.pocket": set(),
+    "scaffold.store": set(),
+    "scaffold.testing": set(),
+}
+"""Each public package and the public subpackages it may show besides its ``__all__``."""
+
+
+def _import_everything() -> list[str]:
+    """Import every module under ``scaffold`` (so each one's submodules become package attributes)."""
+    names = []
+    for info in pkgutil.walk_packages(scaffold.__path__, "scaffold."):
+        if info.name == "scaffold.__main__":
+            continue
+        importlib.import_module(info.name)
+        names.append(info.name)
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_PACKAGES))
+def test_every_public_attribute_is_exported_on_purpose(name):
+    """The reverse rule: with every module imported, each attribute without a leading underscore is in ``__all__``
+    (or is a public subpackage), so an implementation module or a stray import can never leak into the API."""
+    modules = _import_everything()
+    assert len(modules) > 60
+    module = importlib.import_module(name)
+    public = {attribute for attribute in dir(module) if not attribute.startswith("_")}
+    assert public - set(module.__all__) - PUBLIC_PACKAGES[name] == set()
+    assert PUBLIC_PACKAGES[name] <= public or name != "scaffold"
+
+
+def test_implementation_modules_are_private():
+    """Every module under a public package is private (``_name``) unless it is itself a public package."""
+    for name in _import_everything():
+        parts = name.split(".")
+        if ".".join(parts[:-1]) in PUBLIC_PACKAGES and name not in PUBLIC_PACKAGES:
+            assert parts[-1].startswith("_"), name
+
+
+def test_graph_decorator_is_not_shadowed_by_a_module():
+    """``sf.graph`` is the decorator, whatever has been imported."""
+    _import_everything()
+    assert callable(sf.graph) and inspect.isfunction(sf.graph)
+
+
+def test_error_tree_names_every_error():
+    """Every error class scaffold defines is exported, documented in the tree and under ``ScaffoldError``."""
+    from scaffold import _errors
+
+    defined = {name for name, obj in vars(_errors).items() if inspect.isclass(obj) and issubclass(obj, Exception)}
+    assert defined <= set(sf.__all__)
+    for name in defined:
+        assert issubclass(getattr(sf, name), sf.ScaffoldError), name
+        assert f" {name} " in _errors.__doc__ or f"{name}\n" in _errors.__doc__, name
 
 
 def test_exported_members_are_defined_in_scaffold():
@@ -52,6 +113,11 @@ def test_exported_members_are_defined_in_scaffold():
         (sf.ModelAliasError, (sf.GraphError,)),
         (sf.GraphDefinitionError, (sf.GraphError,)),
         (sf.InputError, (sf.ScaffoldError, ValueError)),
+        (sf.DatasetError, (sf.ScaffoldError, ValueError)),
+        (sf.EvaluationError, (sf.ScaffoldError, ValueError)),
+        (sf.StoreError, (sf.ScaffoldError, RuntimeError)),
+        (sf.SchemaVersionError, (sf.StoreError,)),
+        (sf.ResumeError, (sf.StoreError,)),
         (sf.RunError, (sf.ScaffoldError, RuntimeError)),
         (sf.CallError, (sf.RunError,)),
         (sf.QuorumError, (sf.RunError,)),

@@ -8,7 +8,7 @@ import pytest
 from helpers import boxed
 
 import scaffold as sf
-from scaffold.types import Trace
+from scaffold._types import Trace
 
 
 def run_rule(make, values):

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from helpers import rsa
 
 from scaffold.store import Store
-from scaffold.store.schema import CALLS, EDGES, RUNS
+from scaffold.store._schema import CALLS, EDGES, RUNS
 from scaffold.testing import ScriptedBackend
 
 TESTS = Path(__file__).resolve().parent

@@ -14,13 +14,13 @@ import pytest
 from helpers import chain, rsa
 from sqlalchemy import update
 
-import scaffold.store.export as export_module
-from scaffold.errors import StoreError
+import scaffold.store._export as export_module
+from scaffold._errors import StoreError
+from scaffold._types import Completion, Trace, Usage
 from scaffold.store import Store
-from scaffold.store.export import COLUMNS, export, parquet_schema
-from scaffold.store.schema import RUNS
+from scaffold.store._export import COLUMNS, export, parquet_schema
+from scaffold.store._schema import RUNS
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Completion, Trace, Usage
 
 
 class TokenBackend(ScriptedBackend):

@@ -20,15 +20,15 @@ import sqlalchemy as sa
 from helpers import rsa
 
 import scaffold as sf
-from scaffold.errors import BackendError, SchemaVersionError, StoreError
-from scaffold.executor import call_seed
+from scaffold._errors import BackendError, SchemaVersionError, StoreError
+from scaffold._executor import call_seed
+from scaffold._types import Completion, Status, Trace, TraceKind, Usage
 from scaffold.store import Store
-from scaffold.store.codec import jsonable, request_key
-from scaffold.store.migrations import upgrade
-from scaffold.store.schema import CALLS, DATASETS, EDGES, ITEMS, REQUESTS, RUNS, SCHEMA_VERSION
-from scaffold.store.store import normalise_url
+from scaffold.store._codec import jsonable, request_key
+from scaffold.store._migrations import upgrade
+from scaffold.store._schema import CALLS, DATASETS, EDGES, ITEMS, REQUESTS, RUNS, SCHEMA_VERSION
+from scaffold.store._store import normalise_url
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Completion, Status, Trace, TraceKind, Usage
 
 # token ids at the int32 edges and logprobs that only an exact float64 round trip keeps
 TOKEN_IDS = (0, 1, 151_643, 2**31 - 1, -(2**31))

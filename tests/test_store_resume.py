@@ -21,12 +21,12 @@ import sqlalchemy as sa
 from helpers import chain, rsa
 
 import scaffold as sf
-from scaffold.errors import BackendError, ResumeError, RunError
-from scaffold.executor import call_seed
-from scaffold.store.schema import CALLS, RUNS
-from scaffold.store.store import normalise_url
+from scaffold._errors import BackendError, ResumeError, RunError
+from scaffold._executor import call_seed
+from scaffold._types import Status, TraceKind
+from scaffold.store._schema import CALLS, RUNS
+from scaffold.store._store import normalise_url
 from scaffold.testing import ScriptedBackend
-from scaffold.types import Status, TraceKind
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

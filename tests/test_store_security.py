@@ -18,12 +18,12 @@ import pytest
 import sqlalchemy as sa
 
 import scaffold as sf
+from scaffold._errors import StoreError
+from scaffold._types import Status
 from scaffold.backends import Retry
-from scaffold.errors import StoreError
-from scaffold.store.store import normalise_url
+from scaffold.store._store import normalise_url
 from scaffold.testing import ScriptedBackend
-from scaffold.testing.server import Fault, OpenAIServer, ServerRequest
-from scaffold.types import Status
+from scaffold.testing._server import Fault, OpenAIServer, ServerRequest
 
 ENV_KEY = "sk-test-SECRET-env-7c1d2e3f4a5b6978"
 PARAM_KEY = "sk-test-SECRET-param-9a8b7c6d5e4f3021"
@@ -89,7 +89,7 @@ def exported_text(store: sf.Store, folder: Path) -> str:
     (Parquet pages are compressed, so their raw bytes alone prove nothing)."""
     import pyarrow.parquet as pq
 
-    from scaffold.store.export import export
+    from scaffold.store._export import export
 
     jsonl, parquet = folder / "calls.jsonl", folder / "calls.parquet"
     assert export(store, jsonl) == export(store, parquet) > 0

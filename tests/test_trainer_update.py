@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from scaffold.backends.transformers import TransformersBackend
+from scaffold._types import Request, Trace
+from scaffold.backends._transformers import TransformersBackend
 from scaffold.pocket import PocketTask, solve_prompt
-from scaffold.types import Request, Trace
 from trainers.batch import collate, prompt_ids
 from trainers.loss import policy_loss, token_logprobs
 from trainers.policy import LoraSettings, Policy, PolicyConfig

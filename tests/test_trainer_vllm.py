@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from scaffold.types import Completion, Request, Trace
+from scaffold._types import Completion, Request, Trace
 from trainers.batch import collate
 from trainers.loss import token_logprobs
 from trainers.policy import LoraSettings, Policy, PolicyConfig
@@ -36,7 +36,7 @@ QUESTION = "what is two plus two?"
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir: Path) -> Iterator[Any]:
     """One in-process vLLM engine over the tiny model, with LoRA enabled."""
-    from scaffold.backends.vllm import VLLMBackend
+    from scaffold.backends._vllm import VLLMBackend
 
     backend = VLLMBackend(tiny_model_dir, enable_lora=True, max_lora_rank=16, max_model_len=512)
     yield backend

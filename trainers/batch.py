@@ -2,7 +2,7 @@
 
 The completion is never re-tokenised: ``trace.token_ids`` are the ids the model sampled (EOS
 included), and decoding then re-encoding text can give other ids for the same string. The prompt is
-rebuilt with :func:`scaffold.backends.transformers.encode_prompt`, the function the transformers
+rebuilt with :func:`scaffold.backends._transformers.encode_prompt`, the function the transformers
 backend itself uses, so the sequence trained on is the sequence that was sampled.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from scaffold.backends.transformers import encode_prompt
-from scaffold.types import Request
+from scaffold._types import Request
+from scaffold.backends._transformers import encode_prompt
 from trainers.types import Credited, TrainBatch
 
 if TYPE_CHECKING:

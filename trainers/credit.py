@@ -61,9 +61,9 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from scaffold.answers import equivalent
-from scaffold.rules import cluster_answers
-from scaffold.types import Status, Trace, TraceKind
+from scaffold._answers import equivalent
+from scaffold._rules import cluster_answers
+from scaffold._types import Status, Trace, TraceKind
 from trainers.types import Credited
 
 Scheme = Callable[..., list[Credited]]

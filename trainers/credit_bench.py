@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 
-from scaffold.types import Trace
+from scaffold._types import Trace
 from trainers.credit import assign_credit
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import scaffold as sf
-from scaffold.store.default import DEFAULT, resolve_store
+from scaffold.store._default import DEFAULT, resolve_store
 from trainers.credit import agglm_select, assign_credit
 from trainers.rewards import math_reward, rewards_from
 from trainers.types import ROLES, Credited, StepMetrics

@@ -10,7 +10,7 @@ the gradient of the whole batch's loss however it is split.
 Rollouts always see the current weights: :meth:`Policy.backend` is a
 :class:`~scaffold.TransformersBackend` over the live model object (the peft-wrapped one with LoRA),
 and :meth:`Policy.refresh` copies the weights into a separate engine (another transformers model, or
-a :class:`~scaffold.backends.vllm.VLLMBackend`: the adapter through ``load_lora`` when it was built
+a :class:`~scaffold.backends._vllm.VLLMBackend`: the adapter through ``load_lora`` when it was built
 with ``enable_lora``, else the merged weights through ``update_weights``).
 
 Needs the ``train`` extra (torch, transformers, peft for LoRA); this module imports without it.
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scaffold.backends.transformers import quiet_progress
+from scaffold.backends._transformers import quiet_progress
 from trainers.batch import collate
 from trainers.loss import Normalise, k3, policy_loss, token_logprobs
 from trainers.types import Credited, StepMetrics, TrainBatch
@@ -38,7 +38,7 @@ from trainers.types import Credited, StepMetrics, TrainBatch
 if TYPE_CHECKING:
     import torch
 
-    from scaffold.backends.transformers import TransformersBackend
+    from scaffold.backends._transformers import TransformersBackend
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The linear layers of a Llama/Qwen-style decoder: LoRA's default targets."""
@@ -287,7 +287,7 @@ class Policy:
 
     def backend(self, **kwargs: Any) -> TransformersBackend:
         """A :class:`~scaffold.TransformersBackend` over the live model: rollouts always use the current weights."""
-        from scaffold.backends.transformers import TransformersBackend
+        from scaffold.backends._transformers import TransformersBackend
 
         return TransformersBackend(self.model, self.tokenizer, **kwargs)
 
@@ -316,7 +316,7 @@ class Policy:
         the adapter (saved to a private directory, loaded under the name ``"policy"`` and made
         active); otherwise, or with ``merge=True``, the merged weights through ``update_weights``.
         """
-        from scaffold.backends.transformers import TransformersBackend
+        from scaffold.backends._transformers import TransformersBackend
 
         if isinstance(backend, TransformersBackend):
             if backend.model is not self.model:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from scaffold.answers import equivalent
-from scaffold.types import Trace, TraceKind
+from scaffold._answers import equivalent
+from scaffold._types import Trace, TraceKind
 
 RewardFn = Callable[[Trace, str], float]
 """``reward_fn(trace, reference) -> float``."""

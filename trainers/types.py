@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scaffold.types import Trace
+from scaffold._types import Trace
 
 if TYPE_CHECKING:
     import torch

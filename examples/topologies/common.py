@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `graphs` imports as a package
 
 import scaffold as sf  # noqa: E402
-from scaffold.data import load_problems  # noqa: E402
+from scaffold._data import load_problems  # noqa: E402
 
 
 def parser(description: str | None) -> argparse.ArgumentParser:

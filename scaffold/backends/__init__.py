@@ -11,14 +11,14 @@
 Local engines import torch, transformers and vLLM only when built.
 """
 
-from scaffold.backends.base import Backend, Capabilities
-from scaffold.backends.litellm import LiteLLMBackend
-from scaffold.backends.model import Model, Reply, resolve_model
-from scaffold.backends.registry import backend_from_spec, load_models
-from scaffold.backends.retry import Retry
-from scaffold.backends.transformers import TransformersBackend
-from scaffold.backends.vllm import VLLMBackend
-from scaffold.backends.vllm_server import VLLMServer
+from scaffold.backends._base import Backend, Capabilities
+from scaffold.backends._litellm import LiteLLMBackend
+from scaffold.backends._model import Model, Reply, resolve_model
+from scaffold.backends._registry import backend_from_spec, load_models
+from scaffold.backends._retry import Retry
+from scaffold.backends._transformers import TransformersBackend
+from scaffold.backends._vllm import VLLMBackend
+from scaffold.backends._vllm_server import VLLMServer
 
 __all__ = [
     "Backend",

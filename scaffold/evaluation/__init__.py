@@ -6,7 +6,7 @@
   intervals, the AggLM gain bins).
 """
 
-from scaffold.evaluation.compare import (
+from scaffold.evaluation._compare import (
     COLUMNS,
     PairedDifference,
     comparison_rows,
@@ -15,8 +15,8 @@ from scaffold.evaluation.compare import (
     to_markdown,
     to_text,
 )
-from scaffold.evaluation.harness import evaluate, evaluate_async
-from scaffold.evaluation.metrics import (
+from scaffold.evaluation._harness import evaluate, evaluate_async
+from scaffold.evaluation._metrics import (
     DEFAULT_SHARE_EDGES,
     MAX_ENUMERATED_SUBSETS,
     GainBin,
@@ -29,7 +29,7 @@ from scaffold.evaluation.metrics import (
     pass_at_k_curve,
     seeds_bootstrap_ci,
 )
-from scaffold.evaluation.plots import (
+from scaffold.evaluation._plots import (
     BudgetPoint,
     budget_points,
     plot_budget,
@@ -37,7 +37,7 @@ from scaffold.evaluation.plots import (
     plot_pass_at_k,
     write_plots,
 )
-from scaffold.evaluation.report import EVAL_SOURCE, Estimate, EvalReport, ProblemOutcome, load_report
+from scaffold.evaluation._report import EVAL_SOURCE, Estimate, EvalReport, ProblemOutcome, load_report
 
 __all__ = [
     # running and reading evaluations

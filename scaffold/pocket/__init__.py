@@ -32,14 +32,14 @@ Needs the ``train`` extra (torch, transformers, tokenizers) to build or run the 
 and the prompts need nothing.
 """
 
-from scaffold.pocket.cache import cache_root, load_report, pocket_model, pocket_task
-from scaffold.pocket.config import BuildReport, PocketConfig
-from scaffold.pocket.evaluate import PocketScores, evaluate_pocket, score_pocket
-from scaffold.pocket.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT, aggregate_prompt, solve_prompt
-from scaffold.pocket.regime import Regime
-from scaffold.pocket.task import PocketTask, split_of
-from scaffold.pocket.tokenizer import build_tokenizer
-from scaffold.pocket.train import build_pocket_model, format_report
+from scaffold.pocket._cache import cache_root, load_report, pocket_model, pocket_task
+from scaffold.pocket._config import BuildReport, PocketConfig
+from scaffold.pocket._evaluate import PocketScores, evaluate_pocket, score_pocket
+from scaffold.pocket._prompts import AGGREGATE_PROMPT, SOLVE_PROMPT, aggregate_prompt, solve_prompt
+from scaffold.pocket._regime import Regime
+from scaffold.pocket._task import PocketTask, split_of
+from scaffold.pocket._tokenizer import build_tokenizer
+from scaffold.pocket._train import build_pocket_model, format_report
 
 __all__ = [
     # the task

@@ -5,26 +5,25 @@
 SQLAlchemy is imported when a store is first opened, not with ``scaffold``.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-from typing import TYPE_CHECKING, Any
+from scaffold.store._default import DEFAULT, close_stores, default_target, resolve_store
 
-from scaffold.store.default import DEFAULT, close_stores, default_target, resolve_store
-
-if TYPE_CHECKING:
-    from scaffold.store.query import RunInfo, Totals
-    from scaffold.store.store import Store
+if _TYPE_CHECKING:
+    from scaffold.store._query import RunInfo, Totals
+    from scaffold.store._store import Store
 
 __all__ = ["Store", "RunInfo", "Totals", "DEFAULT", "default_target", "resolve_store", "close_stores"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     if name == "Store":
-        from scaffold.store.store import Store
+        from scaffold.store._store import Store
 
         return Store
     if name in ("RunInfo", "Totals"):
-        from scaffold.store import query
+        from scaffold.store import _query as query
 
         return getattr(query, name)
     raise AttributeError(f"module 'scaffold.store' has no attribute {name!r}")

@@ -11,11 +11,11 @@
 - :func:`build_tiny_model`: a tiny random Hugging Face chat model built locally (no download).
 """
 
-from scaffold.testing.postgres import PostgresServer
-from scaffold.testing.scripted import ScriptedBackend
-from scaffold.testing.server import Fault, OpenAIServer, ServedRequest, ServerRequest
-from scaffold.testing.simulated import SimulatedBackend
-from scaffold.testing.tiny_model import build_tiny_model
+from scaffold.testing._postgres import PostgresServer
+from scaffold.testing._scripted import ScriptedBackend
+from scaffold.testing._server import Fault, OpenAIServer, ServedRequest, ServerRequest
+from scaffold.testing._simulated import SimulatedBackend
+from scaffold.testing._tiny_model import build_tiny_model
 
 __all__ = [
     "ScriptedBackend",

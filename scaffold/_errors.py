@@ -1,0 +1,191 @@
+"""Typed errors. Build-time mistakes and run-time failures are separate families.
+
+::
+
+    ScaffoldError
+    ├── GraphError (ValueError)          raised while building or validating a graph, before any call
+    │   ├── SubsetSizeError              k > n, n < 1, k < 1
+    │   ├── EmptySetError                aggregating or voting over a set that is empty by construction
+    │   ├── TemplateError                a prompt template names a variable nothing provides
+    │   ├── ModelAliasError              a graph uses an alias the run does not bind (lists the known ones)
+    │   └── GraphDefinitionError         anything else malformed (wrong argument types, bad selector...)
+    ├── InputError (ValueError)          a run's inputs do not fit the graph (missing variable, bad candidate row)
+    ├── DatasetError (ValueError)        a dataset file or row is malformed (names the file and line)
+    ├── EvaluationError (ValueError)     an evaluation cannot run or be read (a reused name, nothing to compare)
+    ├── RunError (RuntimeError)          failures while a run executes
+    │   ├── CallError                    a model call failed under the fail-fast policy (``.trace`` has the record)
+    │   ├── QuorumError                  fewer successes than a node's quorum
+    │   ├── EmptyInputError              every member of a set failed or was dropped
+    │   ├── BackendError                 raised by backends; ``retryable`` says whether a retry may help
+    │   │   ├── RateLimitError           429; retried after ``retry_after`` seconds
+    │   │   ├── ServerError              5xx or a malformed response; retried
+    │   │   ├── ConnectionFailed         the connection was refused or dropped; retried
+    │   │   ├── RequestTimeout (TimeoutError)  one attempt ran past the model's ``timeout``; retried
+    │   │   ├── AuthenticationError      401/403 or a missing key; never retried
+    │   │   └── BadRequestError          400/404/422; never retried
+    │   │       └── ContextLengthError   the prompt does not fit the model's context
+    │   ├── BudgetExceeded               a call was refused: it could pass the run's token or dollar budget
+    │   ├── CallTimeout (TimeoutError)   one call ran past its timeout
+    │   └── RunTimeout (TimeoutError)    the whole run ran past its timeout
+    └── StoreError (RuntimeError)        the trajectory store could not be opened, read or written
+        ├── SchemaVersionError           the store's schema is newer than this code (or not scaffold's)
+        └── ResumeError                  a recorded run id was run again with another graph, inputs or seed
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scaffold._types import Trace
+
+
+class ScaffoldError(Exception):
+    """Root of every error Scaffold raises."""
+
+
+class GraphError(ScaffoldError, ValueError):
+    """A graph is malformed; raised at build or validation time, before any model call."""
+
+
+class SubsetSizeError(GraphError):
+    """A size parameter is impossible (``k > n``, ``n < 1``, ``k < 1``)."""
+
+
+class EmptySetError(GraphError):
+    """An aggregation, vote or selection reads a set that is empty by construction."""
+
+
+class TemplateError(GraphError):
+    """A prompt template uses a variable that neither the graph inputs nor the node provide."""
+
+
+class ModelAliasError(GraphError):
+    """A graph uses a model alias that the run does not bind."""
+
+
+class GraphDefinitionError(GraphError):
+    """Any other malformed graph: wrong argument types, bad selector output, misuse of the DSL."""
+
+
+class InputError(ScaffoldError, ValueError):
+    """A run's inputs do not fit the graph."""
+
+
+class DatasetError(ScaffoldError, ValueError):
+    """A dataset file or row is malformed; the message names the file and line."""
+
+
+class EvaluationError(ScaffoldError, ValueError):
+    """An evaluation cannot run or be read: a name reused with other settings, an unknown name, nothing to compare."""
+
+
+class RunError(ScaffoldError, RuntimeError):
+    """A failure while a run executes."""
+
+
+class CallError(RunError):
+    """A model call failed and the node's policy does not tolerate failures.
+
+    ``trace`` is the recorded failed trace (status ``error``).
+    """
+
+    def __init__(self, message: str, trace: Trace | None = None) -> None:
+        super().__init__(message)
+        self.trace = trace
+
+
+class QuorumError(RunError):
+    """A node finished with fewer successful members than its quorum."""
+
+
+class EmptyInputError(RunError):
+    """Every member of the set a node reads failed or was dropped."""
+
+
+class BackendError(RunError):
+    """Raised by a backend for a failed request.
+
+    ``retryable`` says whether sending the same request again may succeed (rate limits,
+    5xx, dropped connections) or not (authentication, bad request, context length).
+    ``retry_after`` is the wait the provider asked for, in seconds, when it said;
+    ``attempts`` is how many times the request was sent before giving up.
+    Messages never contain API keys (backends redact them).
+    """
+
+    default_retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.attempts = attempts
+
+
+class RateLimitError(BackendError):
+    """The provider answered 429 (too many requests or tokens); retried after ``retry_after``."""
+
+    default_retryable = True
+
+
+class ServerError(BackendError):
+    """The provider failed (5xx) or sent a response that could not be read; retried."""
+
+    default_retryable = True
+
+
+class ConnectionFailed(BackendError):
+    """The connection was refused, reset or dropped before an answer; retried."""
+
+    default_retryable = True
+
+
+class RequestTimeout(BackendError, TimeoutError):
+    """One attempt ran past the model's per-request ``timeout``; retried."""
+
+    default_retryable = True
+
+
+class AuthenticationError(BackendError):
+    """The provider refused the credentials (401/403), or no API key was found; never retried."""
+
+
+class BadRequestError(BackendError):
+    """The provider rejected the request itself (400/404/422): bad parameter, unknown model; never retried."""
+
+
+class ContextLengthError(BadRequestError):
+    """The prompt (plus ``max_tokens``) does not fit the model's context window; never retried."""
+
+
+class BudgetExceeded(RunError):
+    """A call was not sent: it could pass the token or dollar :class:`~scaffold._budget.Budget` of its run."""
+
+
+class CallTimeout(RunError, TimeoutError):
+    """One model call ran past its timeout."""
+
+
+class RunTimeout(RunError, TimeoutError):
+    """A whole run ran past its timeout; in-flight calls were cancelled and recorded."""
+
+
+class StoreError(ScaffoldError, RuntimeError):
+    """The trajectory store could not be opened, read or written (the message says which and why)."""
+
+
+class SchemaVersionError(StoreError):
+    """The store's schema is newer than this code, or the database was not made by scaffold."""
+
+
+class ResumeError(StoreError):
+    """A run id already in the store was run again with a different graph, inputs or seed."""

@@ -1,0 +1,60 @@
+"""Events a run emits, for recorders (the trajectory store) and progress displays.
+
+Subscribers are plain callables ``fn(event) -> None`` passed to ``run(..., subscribers=[fn])``.
+They are called synchronously on the event loop, so they must be quick: a
+recorder queues the event and writes in batches elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scaffold._types import Trace
+
+if TYPE_CHECKING:
+    from scaffold._result import RunResult
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """A run was validated and expanded; no call has been sent yet."""
+
+    run_id: str
+    graph: str
+    inputs: Mapping[str, Any]
+    seed: int
+    params: Mapping[str, Any]
+    """The graph's build parameters (``n``, ``k``, ``steps``...)."""
+    spec: Mapping[str, Any]
+    """The graph's structure (:meth:`Graph.spec`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallStarted:
+    """A request is about to be sent (after waiting for its in-flight limit)."""
+
+    run_id: str
+    trace_ids: tuple[str, ...]
+    """The ids the traces of this request will get (one per choice)."""
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFinished:
+    """A trace is final: finished, failed or cancelled (external inputs and rule outputs too)."""
+
+    trace: Trace
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    """The run ended, successfully or not."""
+
+    result: RunResult
+
+
+Event = RunStarted | CallStarted | TraceFinished | RunFinished
+Subscriber = Callable[[Event], None]
+"""A function called with every event of a run."""

@@ -1,0 +1,501 @@
+"""``@graph``: a plain Python function that builds a graph, then runs it.
+
+Positional parameters of the function are the run's inputs (template variables
+such as ``{problem}``, or candidate sets supplied at run time); keyword-only
+parameters are build parameters (``n``, ``k``, ``steps``). Building runs the
+function once with symbols for the inputs and validates everything before any
+model call. Calling a graph inside another graph inlines it as a sub-graph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import random
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, overload
+
+from scaffold._answers import Extractor, extract_boxed
+from scaffold._budget import Budget
+from scaffold._builder import Builder, Input, building, current_builder, in_build
+from scaffold._describe import check_run_sizes, count_calls, describe, mermaid, spec
+from scaffold._errors import GraphDefinitionError, GraphError, InputError, RunError, StoreError
+from scaffold._events import Subscriber
+from scaffold._executor import ReuseSource, Run, Slot, bind_models
+from scaffold._nodes import InputNode, Node
+from scaffold._result import RunResult
+from scaffold._types import Status
+from scaffold.backends._model import Model
+from scaffold.store._default import DEFAULT, resolve_store
+
+_END: Any = object()
+_T = TypeVar("_T")
+
+
+def _no_running_loop(what: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RunError(f"{what}() cannot be called inside a running event loop; use `{instead}` there")
+
+
+async def _then_release(work: Awaitable[_T], models: Mapping[str, Model]) -> _T:
+    """Await ``work``, then let each distinct backend release what it holds on this event loop."""
+    try:
+        return await work
+    finally:
+        released: set[int] = set()
+        for model in models.values():
+            release = getattr(model.backend, "release_loop", None)
+            if release is not None and id(model.backend) not in released:
+                released.add(id(model.backend))
+                await release()
+
+
+def _signature(fn: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
+    inputs: list[str] = []
+    defaults: dict[str, Any] = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            inputs.append(p.name)
+        elif p.kind is p.KEYWORD_ONLY:
+            defaults[p.name] = p.default
+        else:
+            raise GraphDefinitionError(f"graph function {fn.__name__!r} may not take *args or **kwargs")
+    return tuple(inputs), defaults
+
+
+def _check_params(name: str, defaults: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise GraphDefinitionError(
+            f"graph {name!r} has no parameter(s) {', '.join(unknown)}; its parameters are: "
+            f"{', '.join(defaults) or 'none'}"
+        )
+    merged = {**defaults, **params}
+    missing = [k for k, v in merged.items() if v is inspect.Parameter.empty]
+    if missing:
+        raise GraphDefinitionError(f"graph {name!r} needs parameter(s) {', '.join(missing)}")
+    return merged
+
+
+class Graph:
+    """A built, validated graph: run it, map it over a dataset, describe it.
+
+    Example:
+        >>> import scaffold as sf
+        >>> from scaffold.testing import ScriptedBackend
+        >>> @sf.graph
+        ... def majority(problem, *, n: int = 3):
+        ...     return sf.vote(sf.sample("Solve: {problem}", model="solver", n=n))
+        >>> g = majority.build(n=5)
+        >>> g.run_sync({"problem": "2+2"}, models={"solver": ScriptedBackend(lambda r: r"\\boxed{4}")}).answer
+        '4'
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str, params: Mapping[str, Any]) -> None:
+        self.fn = fn
+        self.name = name
+        self.inputs, defaults = _signature(fn)
+        self.params = _check_params(name, defaults, params)
+        builder = Builder(input_names=self.inputs)
+        with building(builder):
+            self.output = fn(*[Input(i) for i in self.inputs], **self.params)
+        self.nodes: tuple[Node, ...] = tuple(builder.nodes)
+        if not _contains_node(self.output):
+            raise GraphDefinitionError(f"graph {name!r} must return a node (or a dict/list of nodes)")
+        self.aliases = frozenset(n.alias for n in self.nodes if n.alias)
+        self.set_inputs = frozenset(n.input_name for n in self.nodes if isinstance(n, InputNode))
+
+    # -- inspection -----------------------------------------------------------------------
+    def describe(self) -> str:
+        """A table of nodes with their model, size and inputs, and the call count per alias."""
+        return describe(self)
+
+    def mermaid(self) -> str:
+        """A Mermaid flowchart of the graph."""
+        return mermaid(self)
+
+    def spec(self) -> dict[str, Any]:
+        """The structure as JSON-friendly data."""
+        return spec(self)
+
+    def count_calls(self, input_sizes: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Dry run: model calls per alias (loops with ``until``: at most). No backend is touched."""
+        return count_calls(self, input_sizes)
+
+    def validate(self, models: Mapping[str, Any] | None = None, inputs: Mapping[str, Any] | None = None) -> None:
+        """Check that every alias is bound and (if given) that the inputs fit, without calling anything."""
+        bind_models(self, models)
+        if inputs is not None:
+            self._check_inputs(inputs)
+            if self.set_inputs:
+                check_run_sizes(self, inputs)
+
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"inputs must be a mapping of input name to value, got {type(inputs).__name__}")
+        missing = [i for i in self.inputs if i not in inputs]
+        if missing:
+            raise InputError(f"graph {self.name!r} needs input(s) {', '.join(map(repr, missing))}; "
+                             f"got {', '.join(map(repr, inputs)) or 'none'}")
+
+    def collect(self, slots: list[list[Slot]]) -> Any:
+        return _collect(self.output, slots)
+
+    # -- running ----------------------------------------------------------------------------
+    async def run(
+        self,
+        inputs: Mapping[str, Any],
+        *,
+        models: Mapping[str, Any],
+        seed: int | None = None,
+        run_id: str | None = None,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
+        subscribers: Sequence[Subscriber] = (),
+        extract: Extractor = extract_boxed,
+        raise_on_error: bool = True,
+        budget: Budget | None = None,
+        store: Any = DEFAULT,
+        cache: bool = False,
+        dataset: str | None = None,
+        item: int | None = None,
+    ) -> RunResult:
+        """Run the graph once on ``inputs``, recording every call in a store.
+
+        ``models`` binds every alias to a backend or a :class:`~scaffold.Model` (share one
+        ``Model`` between runs to share its in-flight limit). ``seed`` fixes every random
+        choice (recorded in the result; drawn at random when ``None``). ``timeout`` bounds the
+        whole run, ``call_timeout`` each call. ``budget`` (:class:`~scaffold.Budget`) caps the
+        tokens or dollars spent: a call that could pass it is refused with ``BudgetExceeded``
+        before it is sent. Failures raise :class:`~scaffold._errors.RunError` subclasses after
+        every in-flight call was cancelled and recorded, unless ``raise_on_error=False``, which
+        returns the failed result instead.
+
+        ``store`` is a :class:`~scaffold.Store`, a URL or path, or ``None`` to record nothing; by
+        default ``$SCAFFOLD_STORE``, else ``./scaffold.db``. The run returns once it is written.
+        A ``run_id`` already in the store **resumes** that run: calls recorded as finished are
+        not sent again (same seed, same subsets, same result); the graph and inputs must be the
+        same. ``cache=True`` answers a request from any earlier run's identical request (same
+        model, prompt, parameters, node and sample index). ``dataset`` and ``item`` record the
+        run as row ``item`` of a named dataset (``map`` sets them).
+        """
+        self._check_inputs(inputs)
+        bound = bind_models(self, models)
+        recorder, reuse = None, list[ReuseSource]()
+        target = resolve_store(store)
+        if target is not None:
+            if run_id is not None:
+                prior = await asyncio.to_thread(target.replay_for, run_id, self.name, self.spec(), inputs, seed)
+                if prior is not None:
+                    reuse.append(prior[0])
+                    seed = prior[1]
+            if cache:
+                reuse.append(target.cache())
+            recorder = target.recorder(bound, dataset=dataset, item=item)
+            subscribers = (*subscribers, recorder)
+        elif cache:
+            raise RunError("cache=True needs a store to look answers up in; store=None turns recording off")
+        run = Run(
+            self, inputs, bound,
+            run_id=run_id or uuid.uuid4().hex[:16],
+            seed=random.SystemRandom().randrange(2**31) if seed is None else int(seed),
+            subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget, reuse=reuse,
+        )
+        result = await run.execute(timeout)
+        if recorder is not None:
+            await recorder.wait()
+        if result.error is not None and raise_on_error:
+            raise result.error
+        return result
+
+    def run_sync(self, inputs: Mapping[str, Any], **kwargs: Any) -> RunResult:
+        """:meth:`run` from synchronous code (not from inside a running event loop).
+
+        It runs on a fresh event loop and, before closing it, lets every bound backend
+        release what it holds on that loop (HTTP connections, queues).
+        """
+        _no_running_loop("run_sync", "await graph.run(...)")
+        kwargs["models"] = bind_models(self, kwargs.get("models"))
+        return asyncio.run(_then_release(self.run(inputs, **kwargs), kwargs["models"]))
+
+    async def map(
+        self,
+        rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        *,
+        models: Mapping[str, Any],
+        concurrency: int = 16,
+        seed: int | None = None,
+        progress: bool = False,
+        run_id: str | None = None,
+        dataset: str | None = None,
+        store: Any = DEFAULT,
+        items: Sequence[int] | None = None,
+        **run_kwargs: Any,
+    ) -> AsyncIterator[RunResult]:
+        """Run the graph on every row of ``rows``, ``concurrency`` rows at a time.
+
+        ``rows`` may be any iterable or async iterable of input mappings; it is read lazily.
+        Results are yielded as they finish (``result.index`` is the row's position) and
+        not kept, so memory does not grow with the dataset. A failed row yields a
+        result with ``status != "ok"`` instead of stopping the batch. Every run shares
+        the same ``Model`` objects, so per-alias limits hold across the whole batch, and
+        the same ``budget=`` (a :class:`~scaffold.Budget`), so it caps the whole batch.
+
+        Every run is recorded in ``store`` (see :meth:`run`) as row ``i`` of ``dataset`` when a
+        name is given. With ``run_id``, row ``i`` runs as ``{run_id}-{i}``: calling ``map`` again
+        with the same ``run_id`` after a crash resumes every row, and rows that had finished
+        send nothing. ``items`` gives each row's position explicitly (its run id, seed offset,
+        dataset item and ``result.index``), so a caller can run only the rows still missing.
+
+        Example:
+            >>> import scaffold as sf
+            >>> from scaffold.testing import ScriptedBackend
+            >>> @sf.graph
+            ... def solve(problem):
+            ...     return sf.generate("Solve {problem}", model="m")
+            >>> async def main():
+            ...     backend = ScriptedBackend(lambda r: "\\\\boxed{1}")
+            ...     return [r.answer async for r in solve.map([{"problem": "a"}] * 3, models={"m": backend})]
+            >>> asyncio.run(main())
+            ['1', '1', '1']
+        """
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        numbers = None if items is None else iter(items)
+        bound = bind_models(self, models)
+        run_kwargs["store"] = await asyncio.to_thread(resolve_store, store)
+        bar = _progress(progress, rows)
+        next_row = _row_reader(rows)
+        pending: set[asyncio.Task[RunResult]] = set()
+        position = 0
+        try:
+            while True:
+                while len(pending) < concurrency:
+                    row = await next_row()
+                    if row is _END:
+                        break
+                    if numbers is not None:
+                        given = next(numbers, None)
+                        if given is None:
+                            raise ValueError("items has fewer positions than there are rows")
+                        position = given
+                    row_seed = None if seed is None else seed + position
+                    row_kwargs = {**run_kwargs, "dataset": dataset, "item": position if dataset else None,
+                                  "run_id": None if run_id is None else f"{run_id}-{position}"}
+                    pending.add(asyncio.create_task(self._map_one(row, position, bound, row_seed, row_kwargs)))
+                    position += 1
+                if not pending:
+                    break
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if bar is not None:
+                        bar.update(1)
+                    yield task.result()
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            if bar is not None:
+                bar.close()
+
+    async def _map_one(
+        self, row: Mapping[str, Any], index: int, models: Mapping[str, Any], seed: int | None, kwargs: dict[str, Any]
+    ) -> RunResult:
+        try:
+            result = await self.run(row, models=models, seed=seed, raise_on_error=False, **kwargs)
+        except (InputError, GraphError, StoreError) as exc:  # a bad row must not stop the batch
+            result = RunResult(run_id="", graph=self.name, inputs=row, seed=seed or 0, status="error",
+                               output=None, error=exc)
+        result.index = index
+        return result
+
+    def map_sync(self, rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
+        """:meth:`map` from synchronous code, collecting every result in the rows' order."""
+        _no_running_loop("map_sync", "async for result in graph.map(...)")
+
+        kwargs["models"] = bound = bind_models(self, kwargs.get("models"))
+
+        async def collect() -> list[RunResult]:
+            return sorted([r async for r in self.map(rows, **kwargs)], key=lambda r: r.index or 0)
+
+        return asyncio.run(_then_release(collect(), bound))
+
+    # -- as a sub-graph ------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Inside another graph: inline this graph's nodes (a sub-graph), inputs bound to the arguments."""
+        return _inline(self.fn, self.name, self.inputs, self.params, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name} nodes={len(self.nodes)} aliases={sorted(self.aliases)}>"
+
+
+class GraphFunction:
+    """What ``@graph`` returns: builds :class:`Graph` objects from a function; runs with default parameters.
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def best_of_n(problem, *, n: int = 4):
+        ...     return sf.best_of(sf.sample("Solve {problem}", model="m", n=n), scorer=lambda t: len(t.text))
+        >>> best_of_n.build(n=2).count_calls()
+        {'m': 2}
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.inputs, self.defaults = _signature(fn)
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        self._default: Graph | None = None
+
+    def build(self, **params: Any) -> Graph:
+        """Build and validate the graph with these parameters (keyword-only arguments of the function)."""
+        if not params:
+            if self._default is None:
+                self._default = Graph(self.fn, self.name, {})
+            return self._default
+        return Graph(self.fn, self.name, params)
+
+    async def run(self, inputs: Mapping[str, Any], **kwargs: Any) -> RunResult:
+        """Build with default parameters and run; see :meth:`Graph.run`."""
+        return await self.build().run(inputs, **kwargs)
+
+    def run_sync(self, inputs: Mapping[str, Any], **kwargs: Any) -> RunResult:
+        """Build with default parameters and run synchronously."""
+        return self.build().run_sync(inputs, **kwargs)
+
+    def map(
+        self, rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]], **kwargs: Any
+    ) -> AsyncIterator[RunResult]:
+        """Build with default parameters and map over ``rows``; see :meth:`Graph.map`."""
+        return self.build().map(rows, **kwargs)
+
+    def describe(self) -> str:
+        return self.build().describe()
+
+    def mermaid(self) -> str:
+        return self.build().mermaid()
+
+    def count_calls(self, input_sizes: Mapping[str, int] | None = None) -> dict[str, int]:
+        return self.build().count_calls(input_sizes)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Inside another graph: inline as a sub-graph (keyword-only arguments are build parameters)."""
+        if not in_build():
+            raise GraphDefinitionError(
+                f"{self.name}() can only be called inside another @sf.graph; use {self.name}.run(...) or "
+                f"{self.name}.build(...) to run it"
+            )
+        params = {k: v for k, v in kwargs.items() if k in self.defaults}
+        inputs = {k: v for k, v in kwargs.items() if k not in self.defaults}
+        return _inline(self.fn, self.name, self.inputs, _check_params(self.name, self.defaults, params),
+                       args, inputs)
+
+
+@overload
+def graph(fn: Callable[..., Any], *, name: str | None = None) -> GraphFunction: ...
+
+
+@overload
+def graph(fn: None = None, *, name: str | None = None) -> Callable[[Callable[..., Any]], GraphFunction]: ...
+
+
+def graph(
+    fn: Callable[..., Any] | None = None, *, name: str | None = None
+) -> GraphFunction | Callable[[Callable[..., Any]], GraphFunction]:
+    """Decorator turning a function of primitives into a graph (``@sf.graph`` or ``@sf.graph(name="rsa")``).
+
+    Example:
+        >>> import scaffold as sf
+        >>> @sf.graph
+        ... def self_consistency(problem, *, n: int = 8):
+        ...     return sf.vote(sf.sample("Solve: {problem}", model="solver", n=n))
+        >>> self_consistency.build(n=4).count_calls()
+        {'solver': 4}
+    """
+    if fn is None:
+        return lambda f: GraphFunction(f, name)
+    return GraphFunction(fn, name)
+
+
+def _inline(
+    fn: Callable[..., Any], name: str, input_names: tuple[str, ...], params: Mapping[str, Any],
+    args: tuple[Any, ...], kwargs: Mapping[str, Any],
+) -> Any:
+    builder = current_builder(name)
+    if len(args) > len(input_names):
+        raise GraphDefinitionError(f"sub-graph {name!r} takes {len(input_names)} input(s), got {len(args)}")
+    bindings = dict(zip(input_names, args))
+    for key, value in kwargs.items():
+        if key not in input_names:
+            raise GraphDefinitionError(f"sub-graph {name!r} has no input {key!r}; inputs: {', '.join(input_names)}")
+        if key in bindings:
+            raise GraphDefinitionError(f"sub-graph {name!r} got input {key!r} twice")
+        bindings[key] = value
+    missing = [i for i in input_names if i not in bindings]
+    if missing:
+        raise GraphDefinitionError(f"sub-graph {name!r} needs input(s) {', '.join(missing)}")
+    prefix = builder.unique_name(name)
+    with builder.scope(prefix.rsplit("/", 1)[-1], bindings):
+        return fn(*[bindings[i] for i in input_names], **params)
+
+
+def _contains_node(value: Any) -> bool:
+    if isinstance(value, Node):
+        return True
+    if isinstance(value, Mapping):
+        return any(_contains_node(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_contains_node(v) for v in value)
+    return False
+
+
+def _collect(value: Any, slots: list[list[Slot]]) -> Any:
+    if isinstance(value, Node):
+        # successful traces only: failed (dropped) and skipped ones are in RunResult.traces
+        traces = [s.trace for s in slots[value.id] if s.trace is not None and s.trace.status is Status.OK]
+        if value.single:
+            return traces[0] if traces else None
+        return traces
+    if isinstance(value, Mapping):
+        return {k: _collect(v, slots) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_collect(v, slots) for v in value)
+    if isinstance(value, list):
+        return [_collect(v, slots) for v in value]
+    return value
+
+
+def _row_reader(dataset: Iterable[Any] | AsyncIterable[Any]) -> Callable[[], Awaitable[Any]]:
+    """An async ``next`` over a sync or async iterable, returning ``_END`` when it is exhausted."""
+    if isinstance(dataset, AsyncIterable):
+        rows_async = aiter(dataset)
+
+        async def next_async() -> Any:
+            try:
+                return await anext(rows_async)
+            except StopAsyncIteration:
+                return _END
+
+        return next_async
+    rows = iter(dataset)
+
+    async def next_sync() -> Any:
+        return next(rows, _END)
+
+    return next_sync
+
+
+def _progress(enabled: bool, dataset: Iterable[Any] | AsyncIterable[Any]) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    total = len(dataset) if hasattr(dataset, "__len__") else None  # type: ignore[arg-type]
+    return tqdm(total=total, unit="run")

@@ -1,0 +1,85 @@
+"""Prompt templates whose variables are known before anything runs.
+
+A placeholder is ``{name}`` where ``name`` is a Python identifier. Every other
+brace is literal, so LaTeX such as ``\\boxed{}`` or ``\\frac{1}{2}`` needs no
+escaping; write ``{{name}}`` for a literal ``{name}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scaffold._errors import TemplateError
+
+_PART = re.compile(r"\{\{[A-Za-z_][A-Za-z0-9_]*\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class Template:
+    """A string with ``{variable}`` placeholders, checked at build time.
+
+    Example:
+        >>> t = Template("Solve: {problem}\\nPut the answer in \\\\boxed{}.")
+        >>> sorted(t.variables)
+        ['problem']
+        >>> t.render({"problem": "1+1"}).splitlines()[0]
+        'Solve: 1+1'
+    """
+
+    text: str
+    _names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _format: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TemplateError(f"a template must be a string, got {type(self.text).__name__}")
+        # Compiled once into a str.format pattern: rendering is then one C call.
+        pattern: list[str] = []
+        names: list[str] = []
+        pos = 0
+        for m in _PART.finditer(self.text):
+            pattern.append(_escape(self.text[pos : m.start()]))
+            if m.group(1) is None:  # escaped {{name}}: a literal {name}
+                pattern.append(_escape(m.group(0)[1:-1]))
+            else:
+                pattern.append("{" + m.group(1) + "}")
+                names.append(m.group(1))
+            pos = m.end()
+        pattern.append(_escape(self.text[pos:]))
+        object.__setattr__(self, "_names", tuple(names))
+        object.__setattr__(self, "_format", "".join(pattern))
+
+    @property
+    def variables(self) -> frozenset[str]:
+        """Names of the placeholders."""
+        return frozenset(self._names)
+
+    def check(self, available: set[str] | frozenset[str], *, where: str = "template") -> None:
+        """Raise :class:`TemplateError` if a placeholder is not in ``available``."""
+        missing = sorted(self.variables - set(available))
+        if missing:
+            known = ", ".join(sorted(available)) or "none"
+            raise TemplateError(
+                f"{where} uses {', '.join('{' + m + '}' for m in missing)} but only these variables "
+                f"are available: {known}. Add it as a graph input or context, or write {{{{name}}}} "
+                f"for a literal brace."
+            )
+
+    def render(self, values: Mapping[str, Any]) -> str:
+        """Fill the placeholders from ``values`` (values are converted with ``str``)."""
+        try:
+            return self._format.format_map(values)
+        except KeyError as exc:
+            raise TemplateError(f"no value for template variable {{{exc.args[0]}}}") from None
+
+
+def _escape(literal: str) -> str:
+    return literal.replace("{", "{{").replace("}", "}}")
+
+
+def as_template(value: str | Template) -> Template:
+    """Return ``value`` as a :class:`Template`."""
+    return value if isinstance(value, Template) else Template(value)

@@ -1,0 +1,465 @@
+"""The litellm backend: every API provider (OpenAI, Anthropic, Gemini, Together...) and any
+OpenAI-compatible server, vLLM's included, through one async call.
+
+- ``n`` goes out natively where litellm says the provider takes it; otherwise the backend
+  declares ``supports_n=False`` and the executor sends one request per sample.
+- Retries, limits and timeouts are :class:`~scaffold.backends.Model`'s job: litellm's own
+  retries are switched off, and its errors are mapped to typed
+  :class:`~scaffold._errors.BackendError` subclasses that say whether to retry.
+- Token ids and logprobs come back when asked: vLLM's per-choice ``token_ids`` arrive in
+  litellm's ``provider_specific_fields``.
+- Cost comes from litellm's price map, or from prices given here; an unknown price is
+  recorded as ``None``, never as 0.
+- API keys come from the environment (litellm's provider variables, or ``api_key_env``) or
+  from ``api_key``; they are redacted from every error message and never put in requests.
+
+litellm is imported on first use (it takes seconds), with its price map read locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import email.utils
+import math
+import os
+import re
+import time
+import warnings
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scaffold._errors import (
+    AuthenticationError,
+    BackendError,
+    BadRequestError,
+    ConnectionFailed,
+    ContextLengthError,
+    RateLimitError,
+    RequestTimeout,
+    ServerError,
+)
+from scaffold._types import Completion, Request, Usage
+from scaffold.backends._base import Capabilities
+
+NATIVE_N_PROVIDERS = frozenset({"openai", "hosted_vllm", "azure", "text-completion-openai", "custom_openai"})
+"""Providers whose ``n`` is sent as is (litellm's supported-parameter list is also consulted)."""
+
+TOKEN_ID_PROVIDERS = frozenset({"hosted_vllm"})
+"""Providers asked for vLLM's ``return_token_ids`` when a request wants logprobs."""
+
+_CONNECTION_SIGNS = ("cannot connect to host", "connection refused", "server disconnected", "connection reset",
+                     "remoteprotocolerror", "connecterror", "connection closed")
+_SECRET_VARIABLE_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+_SECRET_PATTERNS = (
+    re.compile(r"sk-[A-Za-z0-9_\-]{6,}"),
+    re.compile(r"(?i)(bearer\s+)[^\s'\",}]+"),
+    re.compile(r"(?i)(api[_-]?key['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]+"),
+)
+
+
+class MaskedKey(str):
+    """An API key that shows as ``'***'`` in ``repr``, so tracebacks that print local variables hide it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
+def import_litellm() -> Any:
+    """Import litellm quietly, with its bundled price map (no network at import)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("the litellm backend needs litellm: pip install 'scaffold-sdk[api]'") from exc
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    # litellm silences pydantic's `ReadOnly` warning (raised while it builds schemas lazily, during
+    # calls) with a filter set once at import; an enclosing warnings.catch_warnings() (pytest wraps
+    # each test in one) discards it, and the calls then fail under -W error. Keep it in front.
+    warnings.filterwarnings("ignore", message=".*`ReadOnly` qualifier.*", category=UserWarning)
+    return litellm
+
+
+def environment_secrets() -> list[str]:
+    """Values of environment variables named like secrets (``*_API_KEY``, ``*_TOKEN``...), 8 characters or more."""
+    return [value for name, value in os.environ.items()
+            if len(value) >= 8 and name.upper().endswith(_SECRET_VARIABLE_SUFFIXES)]
+
+
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """Remove ``secrets`` and anything shaped like a key or bearer token from ``text``.
+
+    Example:
+        >>> redact("Incorrect API key provided: sk-abc123456789. Bearer xyz", ())
+        'Incorrect API key provided: sk-***. Bearer ***'
+    """
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    text = _SECRET_PATTERNS[0].sub("sk-***", text)
+    text = _SECRET_PATTERNS[1].sub(r"\1***", text)
+    return _SECRET_PATTERNS[2].sub(r"\1***", text)
+
+
+class LiteLLMBackend:
+    """Any litellm model (``"openai/gpt-4o-mini"``, ``"anthropic/claude-..."``, ``"hosted_vllm/NAME"``...).
+
+    Example:
+        >>> backend = LiteLLMBackend("hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1")
+        >>> backend.capabilities.supports_n, backend.capabilities.returns_token_ids
+        (True, True)
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        supports_n: bool | None = None,
+        max_n: int | None = None,
+        token_ids: bool | None = None,
+        input_cost_per_token: float | None = None,
+        output_cost_per_token: float | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        litellm = import_litellm()
+        self.model_name = model
+        """The litellm model string."""
+        try:
+            _, self.provider, _, _ = litellm.get_llm_provider(model, api_base=api_base)
+        except Exception as exc:
+            raise BadRequestError(f"litellm does not know the provider of model {model!r}: {exc}") from None
+        self.api_base = api_base
+        self._api_key = api_key
+        self.api_key_env = api_key_env
+        self._environment_checked = False
+        self._text_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self.extra = dict(extra or {})
+        """Extra keyword arguments for every litellm call (``extra_headers``, ``api_version``...)."""
+        self.prices = (input_cost_per_token, output_cost_per_token)
+        try:
+            supported = set(litellm.get_supported_openai_params(model=model, custom_llm_provider=self.provider) or ())
+        except Exception:
+            supported = set()
+        self.supported_params = frozenset(supported)
+        if supports_n is None:
+            supports_n = self.provider in NATIVE_N_PROVIDERS and ("n" in supported or not supported)
+        self.token_ids = self.provider in TOKEN_ID_PROVIDERS if token_ids is None else token_ids
+        self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n, returns_token_ids=self.token_ids)
+
+    def __repr__(self) -> str:
+        base = f", api_base={self.api_base!r}" if self.api_base else ""
+        return f"LiteLLMBackend({self.model_name!r}{base})"
+
+    def with_secrets(
+        self, api_key: str | None = None, extra_headers: Mapping[str, str] | None = None, **others: Any
+    ) -> LiteLLMBackend:
+        """A copy that sends ``api_key`` and secret ``extra_headers`` (how :class:`~scaffold.backends.Model`
+        hands over credentials found in recorded parameters)."""
+        if others:
+            raise BadRequestError(f"unknown credential parameter(s): {', '.join(sorted(others))}")
+        copy = object.__new__(LiteLLMBackend)
+        copy.__dict__.update(self.__dict__)
+        copy._api_key = api_key if api_key is not None else self._api_key
+        copy._text_clients = weakref.WeakKeyDictionary()
+        if extra_headers:
+            copy.extra = {**self.extra, "extra_headers": {**self.extra.get("extra_headers", {}), **extra_headers}}
+        return copy
+
+    async def release_loop(self) -> None:
+        """Close the HTTP clients litellm opened on the running event loop, after its logging drained.
+
+        ``run_sync`` and ``map_sync`` call this before closing their loop. In async code that
+        keeps one loop for the program's life there is nothing to do; call it before closing
+        a loop of your own to avoid unclosed-connection warnings.
+        """
+        try:
+            client = self._text_clients.pop(asyncio.get_running_loop(), None)
+        except RuntimeError:
+            client = None
+        if client is not None:
+            await client.close()
+        await release_litellm_loop()
+
+    def _text_client(self, kwargs: Mapping[str, Any]) -> Any:
+        """An OpenAI client for text completions on this loop (litellm leaks the one it makes per call)."""
+        if self.provider not in NATIVE_N_PROVIDERS or self.api_base is None:
+            return None
+        loop = asyncio.get_running_loop()
+        client = self._text_clients.get(loop)
+        if client is None:
+            import openai
+
+            client = openai.AsyncOpenAI(base_url=self.api_base, api_key=kwargs.get("api_key") or "none", max_retries=0)
+            self._text_clients[loop] = client
+        return client
+
+    # -- one call ---------------------------------------------------------------------------------
+    async def complete(self, request: Request) -> list[Completion]:
+        """Send ``request`` once; map any failure to a typed :class:`BackendError`."""
+        litellm = import_litellm()
+        kwargs = self._kwargs(request)
+        error: BackendError | None = None
+        try:
+            if request.prompt is not None and not request.messages:
+                client = self._text_client(kwargs)
+                if client is not None:
+                    kwargs["client"] = client
+                response = await litellm.atext_completion(prompt=request.prompt, **kwargs)
+            else:
+                messages = [{"role": role, "content": content} for role, content in request.messages]
+                response = await litellm.acompletion(messages=messages, **kwargs)
+        except Exception as exc:
+            error = self._typed_error(exc)
+        if error is not None:  # raised outside the handler: the original may quote the key, so no __context__
+            raise error
+        try:
+            return self._completions(response, request)
+        except BackendError:
+            raise
+        except Exception as exc:
+            error = ServerError(self._redact(f"could not read the response of {self.model_name}: {exc!r}"))
+        raise error
+
+    def check_credentials(self) -> None:
+        """Raise :class:`~scaffold._errors.AuthenticationError` naming the missing environment variable, if any.
+
+        Nothing is sent: this checks ``api_key_env`` or, without one, the variables litellm
+        expects for the provider (``OPENAI_API_KEY``...); a model with an ``api_base`` (a local
+        server) needs none. Calls check the same on their own; this lets a command fail first.
+        """
+        self._api_key_value()
+
+    def _api_key_value(self) -> str | None:
+        if self._api_key is not None:
+            return self._api_key
+        if self.api_key_env is not None:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                raise AuthenticationError(f"{self.model_name}: environment variable {self.api_key_env} is not set")
+            return value
+        if not self._environment_checked:
+            try:
+                found = import_litellm().validate_environment(model=self.model_name, api_base=self.api_base)
+            except Exception:
+                found = {}
+            missing = found.get("missing_keys") or []
+            if missing and self.api_base is None:
+                raise AuthenticationError(
+                    f"{self.model_name}: no API key; set {' and '.join(missing)} in the environment "
+                    f"(or give the backend api_key / api_key_env)"
+                )
+            self._environment_checked = True
+        return None
+
+    def _kwargs(self, request: Request) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"model": self.model_name, **self.extra, **request.params}
+        kwargs.update(num_retries=0, max_retries=0)  # Model owns retries
+        if self.api_base is not None:
+            kwargs["api_base"] = self.api_base
+        key = self._api_key_value()
+        if key is not None:
+            kwargs["api_key"] = MaskedKey(key)
+        if request.n > 1:
+            kwargs["n"] = request.n
+        if request.seed is not None and "seed" not in kwargs and "seed" in self.supported_params:
+            kwargs["seed"] = request.seed
+        if request.logprobs:
+            kwargs["logprobs"] = True if request.messages else 1
+            if self.token_ids:
+                extra_body = dict(kwargs.get("extra_body") or {})
+                extra_body["return_token_ids"] = True
+                kwargs["extra_body"] = extra_body
+        return kwargs
+
+    # -- reading the response ---------------------------------------------------------------------
+    def _completions(self, response: Any, request: Request) -> list[Completion]:
+        choices = list(response.choices)
+        if len(choices) != request.n:
+            raise ServerError(f"{self.model_name} returned {len(choices)} choices for n={request.n}")
+        usage = getattr(response, "usage", None)
+        prompt_total = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_total = int(getattr(usage, "completion_tokens", 0) or 0)
+        parsed = [self._choice(choice) for choice in choices]
+        counts: list[int | None] = [
+            len(ids) if ids is not None else (len(lps) if lps is not None else None) for _, ids, lps, _ in parsed
+        ]
+        if any(c is None for c in counts) or sum(c or 0 for c in counts) != completion_total:
+            counts = list(_split(completion_total, len(parsed)))
+        prompts = _split(prompt_total, len(parsed))
+        costs = self._costs(response, prompts, counts) if usage is not None else [None] * len(parsed)
+        model = getattr(response, "model", None) or self.model_name
+        return [
+            Completion(
+                text=text, token_ids=ids, logprobs=lps if request.logprobs else None,
+                usage=Usage(prompt_tokens=p, completion_tokens=c or 0), finish_reason=finish,
+                cost=cost, model=model,
+            )
+            for (text, ids, lps, finish), p, c, cost in zip(parsed, prompts, counts, costs)
+        ]
+
+    @staticmethod
+    def _choice(choice: Any) -> tuple[str, tuple[int, ...] | None, tuple[float, ...] | None, str | None]:
+        message = getattr(choice, "message", None)
+        text = (message.content if message is not None else getattr(choice, "text", None)) or ""
+        ids = None
+        for holder in (choice, message):
+            fields = getattr(holder, "provider_specific_fields", None) or {}
+            found = fields.get("token_ids") if isinstance(fields, dict) else None
+            if found is None:
+                found = getattr(holder, "token_ids", None)
+            if found is not None:
+                ids = tuple(int(i) for i in found)
+                break
+        logprobs = None
+        raw = getattr(choice, "logprobs", None)
+        if raw is not None:
+            if isinstance(raw, dict):
+                content, token_logprobs = raw.get("content"), raw.get("token_logprobs")
+            else:
+                content, token_logprobs = getattr(raw, "content", None), getattr(raw, "token_logprobs", None)
+            if content is not None:
+                logprobs = tuple(float(e["logprob"] if isinstance(e, dict) else e.logprob) for e in content)
+            elif token_logprobs is not None:
+                logprobs = tuple(float(x) for x in token_logprobs)
+        return text, ids, logprobs, getattr(choice, "finish_reason", None)
+
+    def _costs(self, response: Any, prompts: list[int], counts: list[int | None]) -> list[float | None]:
+        input_price, output_price = self.prices
+        if input_price is None or output_price is None:
+            litellm = import_litellm()
+            try:
+                total = float(litellm.completion_cost(completion_response=response, model=self.model_name))
+            except Exception:  # not in the price map: unknown, not free
+                return [None] * len(prompts)
+            try:
+                info = litellm.get_model_info(self.model_name)
+                input_price = float(info["input_cost_per_token"])
+                output_price = float(info["output_cost_per_token"])
+            except Exception:
+                tokens = [p + (c or 0) for p, c in zip(prompts, counts)]
+                whole = sum(tokens) or 1
+                return [total * t / whole for t in tokens]
+        return [p * input_price + (c or 0) * output_price for p, c in zip(prompts, counts)]
+
+    # -- errors -----------------------------------------------------------------------------------
+    def _redact(self, text: str) -> str:
+        secrets = [s for s in (self._api_key, os.environ.get(self.api_key_env or "") or None) if s]
+        return redact(text, secrets + environment_secrets())  # providers' own variables too (GEMINI_API_KEY...)
+
+    def _typed_error(self, exc: BaseException) -> BackendError:
+        litellm = import_litellm()
+        status = getattr(exc, "status_code", None)
+        status = status if isinstance(status, int) else None
+        detail = self._redact(f"{self.model_name}: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}")
+        if isinstance(exc, BackendError):
+            return exc
+        if isinstance(exc, litellm.ContextWindowExceededError):
+            return ContextLengthError(detail, status_code=status)
+        if isinstance(exc, litellm.RateLimitError) or status == 429:
+            return RateLimitError(detail, status_code=429, retry_after=retry_after(exc))
+        if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)) or status in (401, 403):
+            return AuthenticationError(detail, status_code=status)
+        if isinstance(exc, litellm.Timeout):
+            return RequestTimeout(detail, status_code=status)
+        if isinstance(exc, (litellm.BadRequestError, litellm.NotFoundError, litellm.UnprocessableEntityError)):
+            if "context length" in detail.lower() or "context window" in detail.lower():
+                return ContextLengthError(detail, status_code=status)
+            return BadRequestError(detail, status_code=status)
+        if status is not None and 400 <= status < 500 and status not in (408, 409):
+            return BadRequestError(detail, status_code=status)
+        lowered = detail.lower()
+        if any(sign in lowered for sign in _CONNECTION_SIGNS):  # litellm reports these as 500s too
+            return ConnectionFailed(detail, status_code=status)
+        if isinstance(exc, litellm.APIConnectionError) and (status is None or status >= 500):
+            if "json" in lowered or "decode" in lowered or "expecting value" in lowered:
+                return ServerError(detail, status_code=status)  # a malformed body
+            return ConnectionFailed(detail, status_code=status)
+        return ServerError(detail, status_code=status, retry_after=retry_after(exc))
+
+
+async def release_litellm_loop() -> None:
+    """Drain litellm's logging queue and close its clients cached for the running loop.
+
+    litellm caches one HTTP client per event loop and keeps a logging queue bound to a
+    loop; a loop that closes with them open leaks sockets (``ResourceWarning``) and makes
+    litellm carry stale logging tasks onto the next loop. This touches litellm internals,
+    so every step is best-effort.
+    """
+    litellm = import_litellm()
+    try:
+        from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
+
+        for _ in range(3):  # success logs are handed over by tasks spawned per call: let them run first
+            await asyncio.sleep(0)
+        await GLOBAL_LOGGING_WORKER.flush()
+        await GLOBAL_LOGGING_WORKER.stop()
+    except Exception:
+        pass
+    try:
+        from litellm.caching.evicted_client_closer import running_loop_token
+
+        token = running_loop_token()
+        cache = litellm.in_memory_llm_clients_cache
+        entries = getattr(cache, "cache_dict", {})
+    except Exception:
+        return
+    suffix = f"-{token}"
+    for key in [k for k in list(entries) if isinstance(k, str) and k.endswith(suffix)]:
+        client = entries.pop(key, None)
+        getattr(cache, "ttl_dict", {}).pop(key, None)
+        for name in ("aclose", "close"):
+            close = getattr(client, name, None)
+            if close is None:
+                continue
+            try:
+                outcome = close()
+                if hasattr(outcome, "__await__"):
+                    await outcome
+                break
+            except Exception:
+                continue
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds a provider asked to wait, from ``retry-after-ms`` or ``retry-after`` headers of an error."""
+    headers: Any = None
+    for source in (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
+                   getattr(getattr(exc, "response", None), "headers", None)):
+        if source:
+            headers = source
+            break
+    if not headers:
+        return None
+    lower = {str(k).lower(): str(v) for k, v in dict(headers).items()}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = lower.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            if name == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (ValueError, TypeError, IndexError):
+                continue
+            if when.tzinfo is None:  # "-0000": an HTTP date is UTC, never local time
+                when = when.replace(tzinfo=datetime.UTC)
+            seconds = max(0.0, when.timestamp() - time.time())
+        if math.isfinite(seconds) and seconds >= 0:  # "inf" or "nan" would stall or spin the throttle
+            return seconds
+    return None
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` near-equal integers that sum to it (the first ones take the remainder)."""
+    base, extra = divmod(total, parts) if parts else (0, 0)
+    return [base + (1 if i < extra else 0) for i in range(parts)]

@@ -1,0 +1,236 @@
+""":class:`Model`: a backend bound to a graph's model alias, with its defaults, limits and retries.
+
+Everything that must hold across nested fan-out and many concurrent runs lives on this
+object — the in-flight limit, requests and tokens per minute, the pace learned from 429s —
+so every run given the same ``Model`` shares one budget. ``Model.complete`` is the one
+place a request is sent: limits, per-attempt timeout and retries wrap the backend there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from scaffold._errors import BackendError, ModelAliasError, RateLimitError, RequestTimeout
+from scaffold._limits import InFlightLimit, RateLimit, Throttle
+from scaffold._types import Completion, Request
+from scaffold.backends._base import Backend
+from scaffold.backends._retry import Retry
+
+SECRET_PARAMS = frozenset({"api_key", "api-key", "key", "token", "access_token", "authorization", "secret"})
+"""Parameter names that are credentials: taken out of ``params`` so they are never recorded."""
+
+SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "proxy-authorization", "x-goog-api-key"})
+"""Header names whose values are credentials: ``extra_headers`` carrying one are handled like ``api_key``."""
+
+DEFAULT_MAX_TOKENS = 512
+"""Completion tokens assumed per choice for the tokens-per-minute budget when a request sets no ``max_tokens``."""
+
+
+class Reply(NamedTuple):
+    """What :meth:`Model.complete` returns: the completions and how they were obtained."""
+
+    completions: Sequence[Completion]
+    attempts: int
+    """How many times the request was sent (1: no retry)."""
+    started: float
+    """``time.time()`` when the successful attempt was sent."""
+    latency: float
+    """Seconds the successful attempt took (queueing and earlier attempts excluded)."""
+
+
+def estimate_tokens(request: Request) -> int:
+    """A cheap upper-leaning estimate of a request's tokens (prompt ≈ 4 characters per token)."""
+    chars = sum(len(content) for _, content in request.messages) + len(request.prompt or "")
+    params = request.params
+    completion = params.get("max_tokens") or params.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
+    return chars // 4 + 1 + request.n * int(completion)
+
+
+class Model:
+    """A backend bound to an alias, with default parameters, limits, timeout and retries.
+
+    ``backend`` may be a :class:`~scaffold.backends.Backend` or a string spec
+    (``"openai/gpt-4o-mini"``, ``"hosted_vllm/NAME"``, ``"transformers:/path"``,
+    ``"vllm:/path"``: see :func:`~scaffold.backends.backend_from_spec`).
+    Credentials found in ``params`` (``api_key``...) are handed to the backend and
+    removed from ``params``, which are recorded with every request.
+
+    Every limit is counted on this object: give the same ``Model`` to every run (and
+    every alias) that must share one budget.
+
+    Args:
+        backend: what answers the requests.
+        name: concrete model name sent as ``Request.model`` (default: the backend's ``model_name``).
+        params: default sampling parameters; a node's ``params`` override them.
+        max_in_flight: most requests in flight at once (``None``: unlimited); a request backing off
+            before a retry holds no place.
+        requests_per_minute: most requests started per minute, paced evenly with one second's worth of burst.
+        tokens_per_minute: most tokens (prompt + completion) per minute; estimated before sending
+            (prompt characters / 4 + ``n`` × ``max_tokens``), corrected from the reported usage.
+        timeout: seconds one attempt may take before it is abandoned (and retried).
+        retry: retry policy for retryable backend errors (default: ``Retry()``); its ``max_retry_after``
+            also caps the pause a 429's ``Retry-After`` imposes on the model's shared pace.
+
+    Example:
+        >>> from scaffold.testing import ScriptedBackend
+        >>> solver = Model(ScriptedBackend(lambda r: "\\boxed{4}"), max_in_flight=8, requests_per_minute=600)
+        >>> solver.limit.limit, solver.rpm.per_minute
+        (8, 600)
+    """
+
+    backend: Backend
+    name: str | None
+    params: Mapping[str, Any]
+    limit: InFlightLimit | None
+    """The in-flight limiter (``None`` without ``max_in_flight``)."""
+    rpm: RateLimit | None
+    """The requests-per-minute pacer."""
+    tpm: RateLimit | None
+    """The tokens-per-minute pacer."""
+    throttle: Throttle
+    """The pace learned from this model's 429 answers, shared by every run."""
+
+    def __init__(
+        self,
+        backend: Backend | str,
+        name: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        *,
+        max_in_flight: int | None = None,
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
+        timeout: float | None = None,
+        retry: Retry | None = None,
+    ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"a timeout must be positive, got {timeout}")
+        params = dict(params or {})
+        secrets = {key: params.pop(key) for key in list(params) if key.lower() in SECRET_PARAMS}
+        headers = params.get("extra_headers")
+        if isinstance(headers, Mapping) and any(name.lower() in SECRET_HEADERS for name in headers):
+            secrets["extra_headers"] = params.pop("extra_headers")
+        if isinstance(backend, str):
+            from scaffold.backends._registry import backend_from_spec
+
+            backend = backend_from_spec(backend, **secrets)
+        elif secrets:
+            with_secrets = getattr(backend, "with_secrets", None)
+            if with_secrets is None:
+                raise ModelAliasError(
+                    f"params carry credentials ({', '.join(sorted(secrets))}) but {type(backend).__name__} "
+                    f"takes none; params are recorded, so pass credentials to the backend itself"
+                )
+            backend = with_secrets(**secrets)
+        if not isinstance(backend, Backend):
+            raise ModelAliasError(
+                f"{backend!r} is not a backend: it needs a `capabilities` attribute and an async `complete`"
+            )
+        self.backend = backend
+        self.name = name if name is not None else getattr(backend, "model_name", None)
+        self.params = params
+        self.max_in_flight = max_in_flight
+        self.requests_per_minute = requests_per_minute
+        self.tokens_per_minute = tokens_per_minute
+        self.timeout = timeout
+        self.retry = retry if retry is not None else Retry()
+        self.limit = InFlightLimit(max_in_flight) if max_in_flight is not None else None
+        self.rpm = RateLimit(requests_per_minute) if requests_per_minute is not None else None
+        self.tpm = RateLimit(tokens_per_minute) if tokens_per_minute is not None else None
+        self.throttle = Throttle()
+        self._rng = random.Random()
+
+    def __repr__(self) -> str:
+        limits = [f"{key}={value!r}" for key, value in (
+            ("max_in_flight", self.max_in_flight), ("requests_per_minute", self.requests_per_minute),
+            ("tokens_per_minute", self.tokens_per_minute), ("timeout", self.timeout)) if value is not None]
+        return f"Model({self.backend!r}, name={self.name!r}, params={self.params!r}{''.join(', ' + x for x in limits)})"
+
+    async def complete(self, request: Request) -> Reply:
+        """Send ``request`` under this model's limits, timeout and retry policy."""
+        attempt, backoff = 1, 0.0
+        while True:
+            if backoff:  # waited without a place: a request backing off is not in flight
+                await asyncio.sleep(backoff)
+            limit = self.limit
+            if limit is not None:
+                await limit.acquire()
+            try:
+                # pace after taking a place: paced requests queued behind the in-flight limit would go out in bursts
+                tokens = await self._wait_for_budget(request)
+            except BaseException:
+                if limit is not None:
+                    limit.release()
+                raise
+            started, t0 = time.time(), time.perf_counter()
+            try:
+                if self.timeout is None:
+                    completions = await self.backend.complete(request)
+                else:
+                    try:
+                        async with asyncio.timeout(self.timeout):
+                            completions = await self.backend.complete(request)
+                    except TimeoutError:
+                        raise RequestTimeout(f"no answer within {self.timeout}s") from None
+            except BackendError as exc:
+                self._failed(exc, tokens, t0)
+                if not self.retry.should_retry(exc, attempt):
+                    exc.attempts = attempt
+                    raise
+                backoff = self.retry.delay(attempt, exc, self._rng)
+                attempt += 1
+                continue
+            finally:
+                if limit is not None:
+                    limit.release()
+            latency = time.perf_counter() - t0
+            self.throttle.succeeded()
+            if self.tpm is not None:
+                used = sum(c.usage.total_tokens for c in completions)
+                if used:
+                    self.tpm.adjust(used - tokens)
+            return Reply(completions, attempt, started, latency)
+
+    async def _wait_for_budget(self, request: Request) -> int:
+        delay = self.throttle.delay()
+        if delay > 0:
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                self.throttle.give_back()  # or cancelled requests would hold back the next runs
+                raise
+        if self.rpm is not None:
+            await self.rpm.acquire()
+        tokens = 0
+        if self.tpm is not None:
+            tokens = estimate_tokens(request)
+            await self.tpm.acquire(tokens)
+        return tokens
+
+    def _failed(self, exc: BackendError, tokens: int, t0: float) -> None:
+        if isinstance(exc, RateLimitError):
+            sent_at = time.monotonic() - (time.perf_counter() - t0)
+            retry_after = exc.retry_after
+            if retry_after is not None:  # a provider asking for hours must not stall every run for hours
+                retry_after = min(retry_after, self.retry.max_retry_after)
+            self.throttle.rate_limited(retry_after, sent_at)
+            if self.tpm is not None:
+                self.tpm.adjust(-tokens)  # a refused request used none of the budget
+
+
+def resolve_model(spec: Model | Backend | str | Any, alias: str) -> Model:
+    """Turn what a user bound to ``alias`` into a :class:`Model`.
+
+    Example:
+        >>> from scaffold.testing import ScriptedBackend
+        >>> resolve_model(ScriptedBackend(lambda r: "hi"), "solver").backend.calls
+        0
+    """
+    if isinstance(spec, Model):
+        return spec
+    if isinstance(spec, (Backend, str)):
+        return Model(spec)
+    raise ModelAliasError(f"model alias {alias!r} is bound to {spec!r}, which is not a Backend, Model or model name")

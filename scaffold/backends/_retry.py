@@ -1,0 +1,70 @@
+"""Retry policy: exponential backoff with jitter that honours ``Retry-After``.
+
+Only errors a backend marks ``retryable`` are retried (429, 5xx, timeouts, dropped
+connections); authentication, bad-request and context-length errors fail at once.
+A retry never turns an error into an empty answer: when the attempts run out, the
+last error is raised with ``attempts`` set.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from scaffold._errors import BackendError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retry:
+    """How often and how patiently a failed request is sent again.
+
+    The wait before attempt ``a + 1`` is drawn uniformly from
+    ``[(1 - jitter) * d, d]`` with ``d = min(max_delay, initial_delay * multiplier ** (a - 1))``
+    ("full jitter" when ``jitter=1``). When the provider said how long to wait
+    (``Retry-After``, capped at ``max_retry_after``), that wait is used instead, stretched by
+    up to 10% of jitter: the provider knows better than a guess, and the model's shared
+    :class:`~scaffold._limits.Throttle` spreads the retries out.
+
+    Example:
+        >>> Retry(attempts=3, initial_delay=1.0, jitter=0.0).delay(2, BackendError("x", retryable=True))
+        2.0
+        >>> Retry.never().attempts
+        1
+    """
+
+    attempts: int = 5
+    """Total attempts, the first included (1: never retry)."""
+    initial_delay: float = 0.5
+    """Base wait after the first failure, in seconds."""
+    multiplier: float = 2.0
+    """Growth of the base wait per attempt."""
+    max_delay: float = 30.0
+    """Cap on the base wait."""
+    jitter: float = 1.0
+    """Fraction of the wait that is randomised (0: none, 1: full jitter)."""
+    max_retry_after: float = 120.0
+    """Longest ``Retry-After`` honoured; a provider asking for more gets this."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"Retry.attempts must be at least 1, got {self.attempts}")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"Retry.jitter must be between 0 and 1, got {self.jitter}")
+
+    @classmethod
+    def never(cls) -> Retry:
+        """A policy that sends every request once."""
+        return cls(attempts=1)
+
+    def should_retry(self, error: BaseException, attempt: int) -> bool:
+        """True when ``error`` (raised by attempt number ``attempt``) may be retried."""
+        return isinstance(error, BackendError) and error.retryable and attempt < self.attempts
+
+    def delay(self, attempt: int, error: BaseException, rng: random.Random | None = None) -> float:
+        """Seconds to wait after attempt number ``attempt`` failed with ``error``."""
+        draw = (rng or random).random()
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is not None:
+            return min(float(retry_after), self.max_retry_after) * (1.0 + 0.1 * self.jitter * draw)
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1))
+        return base * (1.0 - self.jitter * draw)

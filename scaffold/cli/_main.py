@@ -1,0 +1,94 @@
+"""The ``scaffold`` command line: run, evaluate and compare topologies; browse and export runs; train.
+
+::
+
+    scaffold [--store PATH_OR_URL] runs list   [filters] [--limit N] [--json]
+    scaffold [--store PATH_OR_URL] runs show   RUN [--json] [--full]
+    scaffold [--store PATH_OR_URL] runs export --out PATH [--format jsonl|parquet] [filters] [--run RUN ...]
+    scaffold pocket build [--rebuild]
+    scaffold pocket problems --n 100 --split test --out FILE
+    scaffold [--store PATH_OR_URL] eval TOPOLOGY [-p KEY=VALUE ...] [--data FILE] [--model [ALIAS=]SPEC ...]
+    scaffold [--store PATH_OR_URL] compare EVAL_A EVAL_B [--out DIR]
+    scaffold [--store PATH_OR_URL] train [--model DIR] [--topology spiral|grpo|agglm] [--data FILE] [--steps N]
+    scaffold [--store PATH_OR_URL] run TOPOLOGY --problem TEXT [-p KEY=VALUE ...] [--model [ALIAS=]SPEC ...] [--json]
+    scaffold graph list [--params] | graph params TOPOLOGY | graph show TOPOLOGY [-p KEY=VALUE ...] [--format F]
+
+Also ``python -m scaffold``. Errors (an unknown run, a store that cannot be opened, a bad
+time) print one line and exit with a non-zero status; a store URL's password is never shown.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from scaffold.cli._common import StoreHandle
+from scaffold.cli._compare import compare
+from scaffold.cli._evaluate import eval_command
+from scaffold.cli._graph import graph_group
+from scaffold.cli._pocket import pocket
+from scaffold.cli._run import run_command
+from scaffold.cli._runs import runs
+from scaffold.cli._train import train
+
+
+class _Group(click.Group):
+    """The root group: store and database errors become one-line messages, never tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from scaffold._errors import ScaffoldError
+
+        try:
+            return super().invoke(ctx)
+        except (ScaffoldError, SQLAlchemyError) as exc:
+            handle = ctx.find_object(StoreHandle)
+            message = f"{exc}" if isinstance(exc, ScaffoldError) else f"{type(exc).__name__}: {exc}"
+            message = message.splitlines()[0] if message else type(exc).__name__
+            raise click.ClickException(handle.redact(message) if handle is not None else message) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--store", "target", metavar="PATH_OR_URL",
+              help="The store to read and record into: a SQLite file or a database URL (sqlite:///runs.db, "
+                   "postgresql://user@host/db). Default: $SCAFFOLD_STORE, else ./scaffold.db.")
+@click.pass_context
+def main(ctx: click.Context, target: str | None) -> None:
+    """Scaffold: run and evaluate topologies, compare them at equal budget, browse recorded runs, train.
+
+    \b
+    Examples:
+      scaffold runs list --since 2h
+      scaffold runs show 3f2a9c
+      scaffold --store postgresql://me@db/scaffold runs export --out calls.parquet --graph rsa
+      python -m scaffold runs list --json
+      scaffold pocket build
+      scaffold train --topology spiral --steps 30
+      scaffold eval rsa -p population=8 -p steps=1,3 --limit 100 --out out/rsa
+      scaffold compare --list
+      scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49
+      scaffold graph show rsa -p population=8 -p steps=3
+    """
+    from scaffold.store._default import ENV_VAR, default_target
+
+    if target is not None:
+        handle = StoreHandle(target, "--store")
+    else:
+        origin = f"${ENV_VAR}" if os.environ.get(ENV_VAR) is not None else "the default ./scaffold.db"
+        handle = StoreHandle(default_target(), origin)
+    ctx.obj = handle
+    ctx.call_on_close(handle.close)
+
+
+main.add_command(runs)
+main.add_command(pocket)
+main.add_command(train)
+main.add_command(eval_command)
+main.add_command(compare)
+main.add_command(run_command)
+main.add_command(graph_group)
+
+__all__ = ["main"]

@@ -1,0 +1,77 @@
+"""Options shared by the commands that run a topology (``run``, ``eval``, ``graph show``) and their parsing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from scaffold.cli._models import Bound, bind_models, parse_model_options
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def param_options(command: F) -> F:
+    """``-p/--param KEY=VALUE`` (repeatable) and ``--prompts``."""
+    command = click.option("--prompts", type=click.Choice(["pocket", "generic"]),
+                           help="The pocket model's prompts or the topology's own "
+                                "(default: pocket when every alias runs on a pocket model).")(command)
+    return click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
+                        help="A build parameter of the topology (repeatable), e.g. -p population=8 -p steps=3; "
+                             "`scaffold graph list` shows them.")(command)
+
+
+def model_options(command: F) -> F:
+    """``--model`` (repeatable), ``--api-base``, ``--temperature`` and ``--max-tokens``."""
+    for option in reversed([
+        click.option("--model", "model_values", multiple=True, metavar="[ALIAS=]SPEC",
+                     help="The model of every alias (SPEC) or of one alias (ALIAS=SPEC); repeatable. SPEC: pocket "
+                          "(default), pocket:DIR, a model directory, transformers:DIR, vllm:DIR or a litellm name "
+                          "such as openai/gpt-4o-mini."),
+        click.option("--api-base", metavar="URL", help="The server of the litellm models (an OpenAI-compatible URL)."),
+        click.option("--temperature", type=float, default=1.0, show_default=True),
+        click.option("--max-tokens", type=click.IntRange(min=1),
+                     help="New tokens per call (default: 128 on the pocket model, the provider's otherwise)."),
+    ]):
+        command = option(command)
+    return command
+
+
+def split_params(values: Sequence[str]) -> dict[str, str]:
+    """``["n=8", "steps=3"]`` -> ``{"n": "8", "steps": "3"}``; a value without ``=`` or a repeated key is an error."""
+    params: dict[str, str] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", param_hint="--param")
+        if key in params:
+            raise click.BadParameter(f"{key!r} is given twice", param_hint="--param")
+        params[key] = text.strip()
+    return params
+
+
+def topology_aliases(name: str, params: dict[str, str]) -> list[str]:
+    """The model aliases topology ``name`` uses with ``params`` (built with generic prompts: no model needed)."""
+    from graphs import build_topology
+
+    return sorted(build_topology(name, params).aliases)
+
+
+def prepare(name: str, params: dict[str, str], model_values: Sequence[str], *, api_base: str | None,
+            prompts: str | None, temperature: float | None, max_tokens: int | None) -> tuple[Any, Bound]:
+    """Build topology ``name`` and bind its models; every mistake is a one-line usage error before any call."""
+    from graphs import build_topology
+    from scaffold._errors import GraphError
+
+    try:
+        aliases = topology_aliases(name, params)
+        bound = bind_models(aliases, parse_model_options(model_values), api_base=api_base, temperature=temperature,
+                            max_tokens=max_tokens)
+        use_pocket = (prompts or ("pocket" if bound.pocket else "generic")) == "pocket"
+        graph = build_topology(name, params, prompts="pocket" if use_pocket else "generic",
+                               model_dir=bound.pocket_dir)
+    except GraphError as exc:
+        raise click.UsageError(str(exc)) from None
+    return graph, bound

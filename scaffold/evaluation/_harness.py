@@ -1,0 +1,141 @@
+"""Running an evaluation: a graph over a dataset, every run recorded and scored, resumable after a kill.
+
+An evaluation has a name. Row ``i`` runs as ``{name}-{i}`` (``Graph.map`` with ``run_id=name``),
+recorded in the store as item ``i`` of ``dataset``; when a run finishes, its final answer and
+every model trace's answer are scored against the row's reference and recorded as rewards from
+source ``"eval"`` (the reference in the run reward's metadata). The evaluation itself —
+graph, dataset, problem count and the caller's ``settings`` — is a row of the store's
+``evaluations`` table. Calling :func:`evaluate` again with the same name resumes: scored runs
+are replayed from the store without a model call, unfinished ones continue where they stopped
+(their finished calls are not sent again) and missing ones run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scaffold._answers import Equivalence, equivalent
+from scaffold._errors import EvaluationError
+from scaffold._executor import bind_models
+from scaffold._graph import Graph, _then_release
+from scaffold._result import RunResult
+from scaffold._types import TraceKind
+from scaffold.evaluation._report import EVAL_SOURCE, AnswerChecker, EvalReport, load_report
+from scaffold.store import _codec as codec
+from scaffold.store._default import resolve_store
+from scaffold.store._store import Store
+
+
+async def evaluate_async(
+    graph: Graph,
+    rows: Sequence[Mapping[str, Any]],
+    models: Mapping[str, Any],
+    *,
+    name: str,
+    store: Store | str,
+    dataset: str | None = None,
+    source: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    concurrency: int = 16,
+    seed: int = 0,
+    progress: bool = False,
+    equivalence: Equivalence = equivalent,
+    **run_kwargs: Any,
+) -> EvalReport:
+    """:func:`evaluate` from async code."""
+    target = _check(name, rows, store, graph.inputs)
+    dataset = dataset or name
+    recorded = settings if settings is not None else {"graph": graph.name, "params": graph.spec()["params"]}
+    found = await asyncio.to_thread(target.save_evaluation, name, graph=graph.name, dataset=dataset,
+                                    settings=recorded, problems=len(rows))
+    _same_evaluation(found, graph.name, dataset, codec.jsonable(dict(recorded)), len(rows))
+    run_ids = [f"{name}-{i}" for i in range(len(rows))]
+    scored = {r["run_id"] for r in await asyncio.to_thread(target.rewards_of, run_ids, source=EVAL_SOURCE)
+              if r["call_id"] is None}
+    target.add_dataset(dataset, rows, source=source)
+    todo = [i for i, run_id in enumerate(run_ids) if run_id not in scored]  # scored runs are not run again
+    inputs = [{key: rows[i][key] for key in graph.inputs} for i in todo]
+    async for result in graph.map(inputs, models=models, concurrency=concurrency, seed=seed, progress=progress,
+                                  run_id=name, dataset=dataset, store=target, items=todo, **run_kwargs):
+        if result.ok:
+            _score(target, result, str(rows[result.index or 0]["answer"]), equivalence)
+    await asyncio.to_thread(target.flush)
+    return await asyncio.to_thread(load_report, target, name, equivalence=equivalence)
+
+
+def evaluate(graph: Graph, rows: Sequence[Mapping[str, Any]], models: Mapping[str, Any], **kwargs: Any) -> EvalReport:
+    """Run ``graph`` on every row (``problem`` and ``answer``), record and score every run, return the report.
+
+    ``name`` names the evaluation (its runs are ``{name}-{i}``); the same name again resumes it.
+    ``store`` is a :class:`~scaffold.Store` or a path/URL (required: an evaluation lives in a
+    store). ``settings`` is recorded with the evaluation and must match when resuming
+    (``scaffold eval`` records topology, parameters, model specs and sampling there); it
+    defaults to the graph's name and parameters. Other keyword arguments go to
+    :meth:`Graph.map` (``concurrency``, ``seed``, ``progress``, ``budget``, ``call_timeout``...).
+
+    Example:
+        >>> import scaffold as sf, tempfile, os
+        >>> from scaffold.testing import ScriptedBackend
+        >>> from scaffold.evaluation import evaluate
+        >>> @sf.graph
+        ... def solve(problem):
+        ...     return sf.generate("{problem}", model="m")
+        >>> rows = [{"problem": "1+1", "answer": "2"}, {"problem": "1+2", "answer": "3"}]
+        >>> store = os.path.join(tempfile.mkdtemp(), "e.db")
+        >>> report = evaluate(solve.build(), rows, {"m": ScriptedBackend(lambda r: r"\\boxed{2}")}, name="e1",
+        ...                   store=store)
+        >>> report.accuracy.value, report.finished, [o.correct for o in report.outcomes]
+        (0.5, 2, [True, False])
+    """
+    bound = bind_models(graph, models)
+    return asyncio.run(_then_release(evaluate_async(graph, rows, bound, **kwargs), bound))
+
+
+def _check(name: str, rows: Sequence[Mapping[str, Any]], store: Store | str, inputs: Sequence[str]) -> Store:
+    if not name or any(c.isspace() for c in name) or "/" in name:
+        raise EvaluationError(f"an evaluation name must be non-empty without spaces or '/', got {name!r}")
+    if not rows:
+        raise EvaluationError("an evaluation needs at least one row")
+    for position, row in enumerate(rows):
+        missing = [key for key in ("answer", *inputs) if key not in row]
+        if missing:
+            raise EvaluationError(f"row {position} needs {', '.join(map(repr, missing))} (the reference and the "
+                                  f"graph's inputs); it has {', '.join(row) or 'nothing'}")
+    target = resolve_store(store)
+    if target is None:
+        raise EvaluationError("an evaluation is recorded in a store; store=None is not allowed")
+    return target
+
+
+def _same_evaluation(found: Any, graph: str, dataset: str, settings: Mapping[str, Any], problems: int) -> None:
+    """Resuming under a name recorded with other settings would mix two evaluations: refuse it."""
+    differences = []
+    if found.graph != graph:
+        differences.append(f"graph {found.graph!r} != {graph!r}")
+    if found.dataset != dataset:
+        differences.append(f"dataset {found.dataset!r} != {dataset!r}")
+    if found.problems != problems:
+        differences.append(f"{found.problems} problems != {problems}")
+    for key in sorted(set(found.settings) | set(settings)):
+        if found.settings.get(key) != settings.get(key):
+            differences.append(f"{key}: {_short(found.settings.get(key))} != {_short(settings.get(key))}")
+    if differences:
+        raise EvaluationError(f"evaluation {found.name!r} was recorded with other settings ({'; '.join(differences)}); "
+                              "resume it with the same ones or choose another name")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _score(store: Store, result: RunResult, reference: str, equivalence: Equivalence) -> None:
+    """Record the correctness of the run's answer and of every model trace's answer."""
+    check = AnswerChecker(reference, equivalence)
+    for trace in result.traces:
+        if trace.kind is TraceKind.MODEL and trace.ok:
+            store.add_reward(float(check(trace.answer)), run_id=result.run_id, call_id=trace.id, source=EVAL_SOURCE)
+    store.add_reward(float(check(result.answer)), run_id=result.run_id, source=EVAL_SOURCE,
+                     metadata={"reference": reference})

@@ -1,0 +1,54 @@
+"""The prompts the pocket model was trained on, and the one way training examples are rendered.
+
+A training example is rendered exactly as a scaffold run renders the call: the prompt with
+:class:`~scaffold._template.Template` (candidates with :func:`~scaffold._executor.format_candidates`),
+as the only user message, through the tokenizer's chat template with a generation prompt (what
+:class:`~scaffold.backends.TransformersBackend` sends to the model), followed by the answer and
+``<|im_end|>``. So ``sf.sample(SOLVE_PROMPT, ...)`` and ``sf.aggregate(..., prompt=AGGREGATE_PROMPT)``
+ask the model exactly what it learned to answer. Prompts are short: every character is a token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scaffold._executor import format_candidates
+from scaffold._template import Template
+from scaffold._types import Trace, TraceKind
+
+SOLVE_PROMPT = "Add {problem}"
+"""The solving prompt (for ``sf.generate`` / ``sf.sample``); ``{problem}`` is e.g. ``482+915+307``."""
+
+AGGREGATE_PROMPT = "Add {problem}\n\n{candidates}\n\nFix any mistakes:"
+"""The aggregation prompt (``sf.aggregate(..., prompt=AGGREGATE_PROMPT)``); ``{candidates}`` as
+:func:`~scaffold._executor.format_candidates` renders them."""
+
+_SOLVE = Template(SOLVE_PROMPT)
+_AGGREGATE = Template(AGGREGATE_PROMPT)
+
+
+def solve_prompt(problem: str) -> str:
+    """The user message of a solving call."""
+    return _SOLVE.render({"problem": problem})
+
+
+def aggregate_prompt(problem: str, candidates: Sequence[str]) -> str:
+    """The user message of an aggregation call over candidate solution texts."""
+    traces = [Trace(id=f"pocket/candidate#{i}", run_id="pocket", node="candidate", index=i, kind=TraceKind.EXTERNAL,
+                    text=text) for i, text in enumerate(candidates)]
+    return _AGGREGATE.render({"problem": problem, "candidates": format_candidates(traces), "k": len(traces)})
+
+
+def chat_prompt(tokenizer: Any, user: str) -> str:
+    """What the model reads before it answers ``user``: the chat template with a generation prompt."""
+    text: str = tokenizer.apply_chat_template([{"role": "user", "content": user}], add_generation_prompt=True,
+                                              tokenize=False)
+    return text
+
+
+def encode_example(tokenizer: Any, user: str, answer: str) -> tuple[list[int], int]:
+    """Token ids of one training example (prompt, answer, ``<|im_end|>``) and where the answer starts."""
+    prompt = tokenizer(chat_prompt(tokenizer, user), add_special_tokens=False)["input_ids"]
+    reply = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    return [*prompt, *reply, tokenizer.eos_token_id], len(prompt)

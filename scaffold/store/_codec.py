@@ -1,0 +1,175 @@
+"""Conversions between core records and store rows.
+
+Everything here is pure: no database access, so the writer thread can convert a batch
+before it opens a transaction, and tests can check round trips without a database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scaffold._types import Request, Status, Trace, TraceKind, Usage
+from scaffold.backends._model import SECRET_PARAMS
+
+_LITTLE = sys.byteorder == "little"
+
+
+def pack_ints(values: Sequence[int] | None) -> bytes | None:
+    """Token ids as little-endian int32 bytes (``None`` stays ``None``)."""
+    if values is None:
+        return None
+    packed = array("i", values)
+    if not _LITTLE:  # pragma: no cover - big-endian hosts
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_ints(data: bytes | None) -> tuple[int, ...] | None:
+    if data is None:
+        return None
+    values = array("i")
+    values.frombytes(data)
+    if not _LITTLE:  # pragma: no cover
+        values.byteswap()
+    return tuple(values)
+
+
+def pack_floats(values: Sequence[float] | None) -> bytes | None:
+    """Logprobs as little-endian float64 bytes: exact, so importance weights can be recomputed."""
+    if values is None:
+        return None
+    packed = array("d", values)
+    if not _LITTLE:  # pragma: no cover
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_floats(data: bytes | None) -> tuple[float, ...] | None:
+    if data is None:
+        return None
+    values = array("d")
+    values.frombytes(data)
+    if not _LITTLE:  # pragma: no cover
+        values.byteswap()
+    return tuple(values)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` made JSON-safe: mappings and sequences kept, other objects as ``repr``, NaN as ``None``."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Trace):
+        return value.id
+    return repr(value)
+
+
+def public_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Sampling parameters without credentials (a last guard: ``Model`` already moves them to the backend)."""
+    return {k: jsonable(v) for k, v in params.items() if k.lower() not in SECRET_PARAMS}
+
+
+def request_key(request: Request) -> str:
+    """A stable hash of what decides a request's answer distribution, the seed excluded.
+
+    Two calls with the same key asked the same model the same thing with the same parameters;
+    the response cache adds the node and the sample's index so that ``n`` samples never
+    collapse into one.
+    """
+    return request_values(request)[0]
+
+
+def request_values(request: Request) -> tuple[str, str | None, str, str | None, str, bool]:
+    """The ``requests`` row of a request, key first, JSON columns already serialised.
+
+    The key hashes the same serialised text that is stored, so it costs one pass over the prompt.
+    """
+    messages = _encode([list(m) for m in request.messages])
+    params = _encode_sorted(public_params(request.params)) if request.params else "{}"
+    body = "\x00".join((request.model or "", messages, request.prompt or "", params, "1" if request.logprobs else "0"))
+    return (hashlib.blake2b(body.encode(), digest_size=16).hexdigest(), request.model, messages, request.prompt,
+            params, request.logprobs)
+
+
+_encode = json.JSONEncoder().encode
+_encode_sorted = json.JSONEncoder(sort_keys=True, default=repr).encode
+
+
+REQUEST_COLUMNS = ("key", "model", "messages", "prompt", "params", "logprobs")
+CALL_COLUMNS = (
+    "id", "run_id", "node", "index", "kind", "alias", "model", "backend", "request_key", "n", "seed", "text",
+    "answer", "token_ids", "logprobs", "prompt_tokens", "completion_tokens", "cost", "latency", "started_at",
+    "attempts", "status", "error", "finish_reason", "metadata",
+)
+EDGE_COLUMNS = ("call_id", "position", "input_id")
+
+
+def call_values(trace: Trace, key: str | None, backend: str | None) -> tuple[Any, ...]:
+    """The ``calls`` row of a trace, in :data:`CALL_COLUMNS` order, JSON already serialised."""
+    request = trace.request
+    metadata = trace.metadata
+    finish_reason = None
+    if metadata and "finish_reason" in metadata:
+        metadata = dict(metadata)
+        finish_reason = metadata.pop("finish_reason")
+    meta_json = _encode(jsonable(metadata)) if metadata else "{}"
+    usage = trace.usage
+    return (
+        trace.id, trace.run_id, trace.node, trace.index, trace.kind.value, trace.model,
+        request.model if request is not None else None, backend, key, request.n if request is not None else 1,
+        request.seed if request is not None else None, trace.text, trace.answer, pack_ints(trace.token_ids),
+        pack_floats(trace.logprobs), usage.prompt_tokens, usage.completion_tokens, trace.cost, trace.latency,
+        trace.started_at, trace.attempt, trace.status.value, trace.error,
+        str(finish_reason) if finish_reason is not None else None, meta_json,
+    )
+
+
+def edge_values(trace: Trace) -> list[tuple[str, int, str]]:
+    call_id = trace.id
+    return [(call_id, i, source) for i, source in enumerate(trace.inputs)]
+
+
+def request_from_row(row: Mapping[Any, Any] | None, seed: int | None, n: int) -> Request | None:
+    if row is None:
+        return None
+    return Request(
+        messages=tuple((m[0], m[1]) for m in row["messages"] or ()), prompt=row["prompt"],
+        params=dict(row["params"] or {}), n=n, logprobs=bool(row["logprobs"]), model=row["model"], seed=seed,
+    )
+
+
+def trace_from_row(row: Mapping[Any, Any], inputs: Sequence[str], request: Request | None) -> Trace:
+    """Rebuild a :class:`Trace` from its ``calls`` row, its lineage and its request."""
+    metadata = dict(row["metadata"] or {})
+    if row["finish_reason"] is not None:
+        metadata["finish_reason"] = row["finish_reason"]
+    return Trace(
+        id=row["id"], run_id=row["run_id"], node=row["node"], index=row["index"], kind=TraceKind(row["kind"]),
+        model=row["alias"], request=request, text=row["text"], answer=row["answer"],
+        token_ids=unpack_ints(row["token_ids"]), logprobs=unpack_floats(row["logprobs"]),
+        usage=Usage(row["prompt_tokens"] or 0, row["completion_tokens"] or 0), cost=row["cost"],
+        latency=row["latency"] or 0.0, started_at=row["started_at"] or 0.0, inputs=tuple(inputs),
+        status=Status(row["status"]), error=row["error"], attempt=row["attempts"] or 1, metadata=metadata,
+    )
+
+
+def output_ids(output: Any) -> Any:
+    """A run's output with each trace replaced by its id (a trace, a list, or a dict of them)."""
+    if isinstance(output, Trace):
+        return output.id
+    if isinstance(output, Mapping):
+        return {str(k): output_ids(v) for k, v in output.items()}
+    if isinstance(output, (list, tuple)):
+        return [output_ids(v) for v in output]
+    return jsonable(output)

@@ -1,0 +1,102 @@
+"""The subscriber that records one run: events in, queued records out.
+
+It runs on the event loop, so it only queues: converting traces to rows and writing
+them happens on the store's writer thread. When the run ends it queues the run's
+totals with a callback, and :meth:`Recorder.wait` lets ``Graph.run`` return only once
+the whole run is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from scaffold._describe import stable_value
+from scaffold._errors import StoreError
+from scaffold._events import Event, RunFinished, RunStarted, TraceFinished
+from scaffold._types import TraceKind
+from scaffold.store import _codec as codec
+
+if TYPE_CHECKING:
+    from scaffold._result import RunResult
+    from scaffold.backends._model import Model
+    from scaffold.store._writer import Writer
+
+
+class Recorder:
+    """Records the events of one run into a store (internal; ``Graph.run(store=...)`` makes one)."""
+
+    __name__ = "store recorder"
+
+    def __init__(self, writer: Writer, models: Mapping[str, Model], *, dataset: str | None = None,
+                 item: int | None = None, source: str | None = None) -> None:
+        self.writer = writer
+        self.backends = {alias: type(model.backend).__name__ for alias, model in models.items()}
+        self.models = {alias: {"model": model.name, "backend": self.backends[alias]} for alias, model in models.items()}
+        self.dataset = dataset
+        self.item = item
+        self.source = source
+        self._durable: asyncio.Future[None] | None = None
+
+    def __call__(self, event: Event) -> None:
+        if type(event) is TraceFinished:
+            trace = event.trace
+            self.writer.put(("trace", trace, self.backends.get(trace.model) if trace.model else None))
+        elif type(event) is RunStarted:
+            self._started(event)
+        elif type(event) is RunFinished:
+            self._finished(event.result)
+
+    def _started(self, event: RunStarted) -> None:
+        if self.dataset is not None:
+            self.writer.put(("dataset", {"name": self.dataset, "source": self.source, "created_at": time.time()}))
+            if self.item is not None:
+                self.writer.put(("item", {"dataset": self.dataset, "position": self.item,
+                                          "data": codec.jsonable(event.inputs)}))
+        self.writer.put(("run", {
+            "id": event.run_id, "graph": event.graph, "spec": codec.jsonable(event.spec),
+            "params": stable_value(event.params), "inputs": codec.jsonable(event.inputs), "models": self.models,
+            "seed": event.seed, "status": "running", "error": None, "started_at": time.time(), "finished_at": None,
+            "output": None, "answer": None, "dataset": self.dataset, "item": self.item, "calls": 0,
+            "prompt_tokens": 0, "completion_tokens": 0, "cost": None, "attempts": 1,
+        }))
+
+    def _finished(self, result: RunResult) -> None:
+        calls = [t for t in result.traces if t.kind is TraceKind.MODEL]
+        costs = [t.cost for t in calls]
+        end = {
+            "id": result.run_id, "status": result.status,
+            "error": f"{type(result.error).__name__}: {result.error}" if result.error is not None else None,
+            "finished_at": result.finished_at or time.time(), "output": codec.output_ids(result.output),
+            "answer": result.answer, "calls": len(calls),
+            "prompt_tokens": sum(t.usage.prompt_tokens for t in calls),
+            "completion_tokens": sum(t.usage.completion_tokens for t in calls),
+            "cost": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None)),
+        }
+        loop = asyncio.get_running_loop()
+        durable = self._durable = loop.create_future()
+
+        def done(exc: BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, durable, exc)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
+
+        self.writer.put(("end", end, done))
+
+    async def wait(self) -> None:
+        """Return once everything the run recorded is written; raise :class:`StoreError` if it was not."""
+        if self._durable is not None:
+            await self._durable
+
+
+def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is None:
+        future.set_result(None)
+    else:
+        future.set_exception(exc if isinstance(exc, StoreError) else StoreError(str(exc)))
+

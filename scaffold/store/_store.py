@@ -1,0 +1,288 @@
+"""``Store``: where runs are recorded (SQLite file by default, PostgreSQL by URL) and read back."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine, create_engine, event, make_url, select
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from scaffold._errors import ResumeError, StoreError
+from scaffold._types import Trace, TraceKind
+from scaffold.store import _codec as codec
+from scaffold.store import _query as query
+from scaffold.store._migrations import upgrade
+from scaffold.store._recorder import Recorder
+from scaffold.store._reuse import Replay, ResponseCache
+from scaffold.store._schema import RUNS
+from scaffold.store._writer import Writer
+
+if TYPE_CHECKING:
+    import networkx
+
+    from scaffold.backends._model import Model
+    from scaffold.store._evaluations import EvaluationInfo
+
+_OPEN: weakref.WeakSet[Store] = weakref.WeakSet()
+
+
+def normalise_url(target: str | os.PathLike[str]) -> URL:
+    """A SQLAlchemy URL from a URL or a file path; ``postgresql://`` gets the psycopg driver."""
+    text = os.fspath(target)
+    if "://" not in text:
+        if text in ("", ":memory:"):
+            raise StoreError("an in-memory store cannot be shared with the writer thread; give a file path")
+        return URL.create("sqlite", database=str(Path(text).expanduser()))
+    try:
+        url = make_url(text)
+    except (ValueError, ArgumentError):  # never echo the text: it may hold a password
+        raise StoreError("not a valid store path or database URL (e.g. runs.db, sqlite:///runs.db, "
+                         "postgresql://user@host/db)") from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        raise StoreError("an in-memory store cannot be shared with the writer thread; give a file path")
+    return url
+
+
+class Store:
+    """A trajectory store: every call of every run, with lineage, rewards and datasets.
+
+    ``target`` is a file path or a SQLAlchemy URL: ``"runs.db"``, ``"sqlite:///runs.db"``,
+    ``"postgresql://user@host/db"``. SQLite files are opened in WAL mode (readers never block
+    the writer; a killed process loses only what was not yet committed). The schema is
+    created or upgraded on open. Writes go through one background thread in batches.
+
+    Example:
+        >>> import scaffold as sf, tempfile, os
+        >>> from scaffold.testing import ScriptedBackend
+        >>> @sf.graph
+        ... def solve(problem):
+        ...     return sf.generate("Solve {problem}", model="m")
+        >>> store = sf.Store(os.path.join(tempfile.mkdtemp(), "runs.db"))
+        >>> result = solve.run_sync({"problem": "1+1"}, models={"m": ScriptedBackend(lambda r: r"\\boxed{2}")},
+        ...                         store=store, run_id="demo")
+        >>> [run.answer for run in store.runs()]
+        ['2']
+        >>> {node: totals.calls for node, totals in store.rollup("node", run_id="demo").items()}
+        {'generate': 1}
+        >>> store.close()
+    """
+
+    def __init__(self, target: str | os.PathLike[str] = "scaffold.db", *, max_queue: int = 20_000,
+                 batch_size: int = 2_000, pool_size: int = 5) -> None:
+        self.url = normalise_url(target)
+        try:
+            self.engine = self._engine(pool_size)
+            try:
+                upgrade(self.engine)
+            except BaseException:
+                self.engine.dispose()  # a refused store (newer schema, foreign database) keeps no connection
+                raise
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open the store {self}: {type(exc).__name__}: "
+                             f"{str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
+        self.writer = Writer(self.engine, max_queue=max_queue, batch_size=batch_size)
+        _OPEN.add(self)
+
+    def _engine(self, pool_size: int) -> Engine:
+        if self.url.get_backend_name() == "sqlite":
+            if self.url.database:
+                Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(self.url, connect_args={"timeout": 60, "check_same_thread": False})
+
+            @event.listens_for(engine, "connect")
+            def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+                cursor = dbapi_connection.cursor()
+                cursor.execute("PRAGMA journal_mode=WAL")
+                cursor.execute("PRAGMA synchronous=NORMAL")
+                cursor.execute("PRAGMA foreign_keys=ON")
+                cursor.close()
+
+            return engine
+        return create_engine(self.url, pool_size=pool_size, pool_pre_ping=True)
+
+    def __repr__(self) -> str:
+        return f"Store({self.url.render_as_string(hide_password=True)!r})"
+
+    __str__ = __repr__
+
+    # -- writing ------------------------------------------------------------------------------
+    def recorder(self, models: Mapping[str, Model], *, dataset: str | None = None, item: int | None = None,
+                 source: str | None = None) -> Recorder:
+        """A subscriber recording one run into this store (``Graph.run`` makes it)."""
+        return Recorder(self.writer, models, dataset=dataset, item=item, source=source)
+
+    def add_reward(self, value: float, *, run_id: str, call_id: str | None = None, source: str = "user",
+                   metadata: Mapping[str, Any] | None = None) -> None:
+        """Record a reward for a call (``call_id``, a trace id) or for the whole run (written in order with
+        the run's calls; call :meth:`flush` to wait for it)."""
+        self.writer.put(("reward", {"run_id": run_id, "call_id": call_id, "value": float(value), "source": source,
+                                    "created_at": time.time(), "metadata": codec.jsonable(metadata or {})}))
+
+    def add_dataset(self, name: str, rows: Iterable[Mapping[str, Any]] = (), *, source: str | None = None) -> None:
+        """Register a dataset and its rows (``Graph.map(dataset=...)`` registers the rows it runs)."""
+        self.writer.put(("dataset", {"name": name, "source": source, "created_at": time.time()}))
+        for position, row in enumerate(rows):
+            self.writer.put(("item", {"dataset": name, "position": position, "data": codec.jsonable(row)}))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything recorded so far is written."""
+        self.writer.flush(timeout)
+
+    def close(self) -> None:
+        """Write what is queued and release the database."""
+        self.writer.close()
+        if self.writer.error is not None:
+            self.engine.dispose()
+            raise self.writer.error
+        self.engine.dispose()
+        _OPEN.discard(self)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ------------------------------------------------------------------------------
+    def runs(self, *, limit: int | None = None, offset: int = 0, newest_first: bool = True,
+             **filters: Any) -> list[query.RunInfo]:
+        """Stored runs, newest first; filters: ``graph``, ``dataset``, ``model``, ``status``, ``since``, ``until``."""
+        with self.engine.connect() as conn:
+            return query.list_runs(conn, limit=limit, offset=offset, newest_first=newest_first, **filters)
+
+    def run(self, run_id: str) -> query.RunInfo:
+        """One run's summary; raises :class:`StoreError` if the store has no such run."""
+        with self.engine.connect() as conn:
+            info = query.get_run(conn, run_id)
+        if info is None:
+            raise StoreError(f"no run {run_id!r} in {self}")
+        return info
+
+    def traces(self, run_id: str) -> list[Trace]:
+        """Every recorded trace of a run (model calls, rules, external inputs), with requests and lineage."""
+        self.run(run_id)
+        with self.engine.connect() as conn:
+            return list(query.load_traces(conn, [run_id]))
+
+    def rewards(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's rewards as dicts (``call_id`` is ``None`` for a whole-run reward)."""
+        with self.engine.connect() as conn:
+            return query.rewards_of(conn, run_id)
+
+    def dag(self, run_id: str) -> networkx.DiGraph:
+        """The run as a ``networkx.DiGraph`` of traces (see :func:`scaffold.store._query.dag`)."""
+        return query.dag(self.traces(run_id), self.rewards(run_id))
+
+    def rollup(self, by: str, *, run_id: str | None = None, **filters: Any) -> dict[str | None, query.Totals]:
+        """Tokens, cost and latency of model calls per ``node``, ``model``, ``alias``, ``run``, ``graph``,
+        ``dataset`` or ``status``, over one run or over the runs the filters select."""
+        with self.engine.connect() as conn:
+            return query.rollup(conn, by, run_id=run_id, **filters)
+
+    # -- evaluations ------------------------------------------------------------------------------
+    def save_evaluation(self, name: str, *, graph: str, dataset: str | None, settings: Mapping[str, Any],
+                        problems: int) -> EvaluationInfo:
+        """Record evaluation ``name`` (``scaffold eval``); an existing one is returned unchanged."""
+        from scaffold.store import _evaluations as evaluations
+
+        with self.engine.begin() as conn:
+            found = evaluations.get(conn, name)
+            if found is None:
+                evaluations.save(conn, name, graph=graph, dataset=dataset, settings=settings, problems=problems)
+                found = evaluations.get(conn, name)
+        assert found is not None
+        return found
+
+    def evaluation(self, name: str) -> EvaluationInfo:
+        """A stored evaluation; raises :class:`StoreError` if there is none by that name."""
+        from scaffold.store import _evaluations as evaluations
+
+        with self.engine.connect() as conn:
+            found = evaluations.get(conn, name)
+        if found is None:
+            raise StoreError(f"no evaluation {name!r} in {self}")
+        return found
+
+    def evaluations(self, *, prefix: str | None = None) -> list[EvaluationInfo]:
+        """Stored evaluations, oldest first; only names starting with ``prefix`` when given."""
+        from scaffold.store import _evaluations as evaluations
+
+        with self.engine.connect() as conn:
+            return evaluations.listed(conn, prefix)
+
+    def evaluation_runs(self, name: str) -> list[query.RunInfo]:
+        """The runs of evaluation ``name`` (ids ``{name}-{item}``), by item."""
+        from scaffold.store import _evaluations as evaluations
+
+        self.flush()
+        with self.engine.connect() as conn:
+            return evaluations.runs_of(conn, name)
+
+    def answer_traces(self, run_ids: Sequence[str]) -> dict[str, list[Trace]]:
+        """Each run's traces, light: id, node, index, kind, answer, status and lineage (no requests or texts)."""
+        from scaffold.store import _evaluations as evaluations
+
+        with self.engine.connect() as conn:
+            return evaluations.answer_traces(conn, run_ids)
+
+    def rewards_of(self, run_ids: Sequence[str], *, source: str) -> list[dict[str, Any]]:
+        """The rewards given by ``source`` to the runs in ``run_ids`` and their calls."""
+        from scaffold.store import _evaluations as evaluations
+
+        self.flush()
+        with self.engine.connect() as conn:
+            return evaluations.rewards_of(conn, run_ids, source)
+
+    # -- resuming and caching --------------------------------------------------------------------
+    def replay_for(self, run_id: str, graph: str, spec: Mapping[str, Any], inputs: Mapping[str, Any],
+                   seed: int | None) -> tuple[Replay, int] | None:
+        """If ``run_id`` is recorded, check it is the same run and return its finished calls and seed."""
+        self.flush()
+        with self.engine.connect() as conn:
+            info = query.get_run(conn, run_id)
+            if info is None:
+                return None
+            if info.graph != graph or codec.jsonable(spec) != _spec_of(conn, run_id):
+                raise ResumeError(f"run {run_id!r} was recorded for graph {info.graph!r} with another structure; "
+                                  f"it cannot be resumed as {graph!r}; use a new run id")
+            if codec.jsonable(inputs) != info.inputs:
+                raise ResumeError(f"run {run_id!r} was recorded with other inputs; use a new run id")
+            if seed is not None and seed != info.seed:
+                raise ResumeError(f"run {run_id!r} was recorded with seed {info.seed}, not {seed}")
+            traces = {t.id: t for t in query.load_traces(conn, [run_id], ok_only=True) if t.kind is TraceKind.MODEL}
+        return Replay(traces), info.seed
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None, *,
+               run_ids: Sequence[str] | None = None, **filters: Any) -> int:
+        """Write the calls of the selected runs to ``.jsonl`` or ``.parquet``, one row per trace, with token ids,
+        logprobs, lineage and rewards; returns the rows written. Filters as :meth:`runs`; see
+        :func:`scaffold.store._export.export`."""
+        from scaffold.store._export import export
+
+        return export(self, path, format=format, run_ids=run_ids, **filters)
+
+    def cache(self) -> ResponseCache:
+        """A response cache over this store's finished calls (see :mod:`scaffold.store._reuse`)."""
+        return ResponseCache(self)
+
+
+def _spec_of(conn: Any, run_id: str) -> Any:
+    return conn.execute(select(RUNS.c.spec).where(RUNS.c.id == run_id)).scalar_one()
+
+
+@atexit.register
+def _close_all() -> None:
+    for store in list(_OPEN):
+        try:
+            store.writer.close(timeout=30)
+        except Exception:
+            pass
