@@ -52,7 +52,6 @@ from scaffold._errors import (
     TemplateError,
 )
 from scaffold._events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
-from scaffold._executor import format_candidates
 from scaffold._graph import Graph, GraphFunction, graph
 from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._nodes import Node, Quorum, RuleOutput
@@ -71,7 +70,7 @@ from scaffold._rules import (
     weighted_vote,
 )
 from scaffold._selectors import AllMembers, CustomSelector, Each, Pairs, Partition, RandomSubsets, Selector
-from scaffold._template import Template
+from scaffold._template import Template, format_candidates
 from scaffold._types import Completion, Message, Request, Status, Trace, TraceKind, Usage
 from scaffold.backends import (
     Backend,

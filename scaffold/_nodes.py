@@ -1,26 +1,21 @@
-"""Graph nodes: symbolic at build time, expanded into per-trace slots when a run starts.
+"""Graph nodes as build-time data: what each node reads, how many traces it stands for, how many calls it makes.
 
-Each node knows its static ``size`` (``None`` when it depends on run-time inputs),
-the nodes it reads, and how to expand itself into slots and jobs on a run.
-The scheduling itself (when a job fires, how a call is sent) is in ``executor``.
+Nothing here knows about runs. How a node kind expands into slots and fires when a run starts
+lives with the kind, one module each, in :mod:`scaffold._kinds`; the scheduler that fires jobs is
+:mod:`scaffold._executor`, and the model-call path is :mod:`scaffold._call`.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from scaffold._answers import Extractor
-from scaffold._errors import EmptySetError, GraphDefinitionError, InputError, SubsetSizeError
+from scaffold._errors import GraphDefinitionError, SubsetSizeError
 from scaffold._selectors import AllMembers, Selector
 from scaffold._template import Template
-from scaffold._types import Trace, TraceKind
-
-if TYPE_CHECKING:
-    from scaffold._executor import Run, Slot
+from scaffold._types import Trace
 
 
 @dataclass(frozen=True)
@@ -78,11 +73,17 @@ class Node:
 
     kind = "node"
     alias: str | None = None
+    passes_through: ClassVar[bool] = False
+    """The node's traces are members of the sets it reads, passed on unchanged (a run records their ids)."""
 
     @property
     def reads(self) -> tuple[Node, ...]:
         """Nodes this one reads (its data dependencies)."""
         return ()
+
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        """The number of traces, given the sizes of the nodes before it and of the candidate-set inputs."""
+        return self.size
 
     def calls(self, sizes: Mapping[int, int | None]) -> int:
         """Model calls (choices) this node makes, given the sizes of the nodes before it."""
@@ -90,33 +91,6 @@ class Node:
 
     def label(self) -> str:
         return self.kind
-
-    def expand(self, run: Run) -> list[Slot]:
-        raise NotImplementedError
-
-
-def external_trace(run_id: str, node: str, index: int, value: Any, extract: Extractor) -> Trace:
-    """Turn a user-supplied candidate (string, Trace or mapping) into an external trace."""
-    tid = f"{run_id}/{node}#{index}"
-    if isinstance(value, Trace):
-        return Trace(
-            id=tid, run_id=run_id, node=node, index=index, kind=TraceKind.EXTERNAL, model=value.model,
-            text=value.text, answer=value.answer if value.answer is not None else extract(value.text),
-            usage=value.usage, cost=value.cost, metadata={"source_id": value.id, **value.metadata},
-        )
-    if isinstance(value, str):
-        return Trace(id=tid, run_id=run_id, node=node, index=index, kind=TraceKind.EXTERNAL,
-                     text=value, answer=extract(value))
-    if isinstance(value, Mapping) and isinstance(value.get("text"), str):
-        extra = {k: v for k, v in value.items() if k not in ("text", "answer", "model")}
-        answer = value.get("answer")
-        return Trace(id=tid, run_id=run_id, node=node, index=index, kind=TraceKind.EXTERNAL,
-                     model=value.get("model"), text=value["text"],
-                     answer=str(answer) if answer is not None else extract(value["text"]), metadata=extra)
-    raise InputError(
-        f"candidate {index} of {node!r} is {type(value).__name__}; give a string, a Trace, "
-        f"or a mapping with a 'text' key"
-    )
 
 
 @dataclass(eq=False)
@@ -126,14 +100,8 @@ class InputNode(Node):
     input_name: str = ""
     kind = "input"
 
-    def expand(self, run: Run) -> list[Slot]:
-        try:
-            values = run.inputs[self.input_name]
-        except KeyError:
-            raise InputError(f"the graph reads candidates from input {self.input_name!r}, which is missing") from None
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise InputError(f"input {self.input_name!r} must be a list of candidates, got {type(values).__name__}")
-        return run.external_slots(self, values)
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        return inputs.get(self.input_name)
 
 
 @dataclass(eq=False)
@@ -143,8 +111,8 @@ class ConstNode(Node):
     values: tuple[Any, ...] = ()
     kind = "candidates"
 
-    def expand(self, run: Run) -> list[Slot]:
-        return run.external_slots(self, self.values)
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        return len(self.values)
 
 
 @dataclass(eq=False)
@@ -181,6 +149,10 @@ class CallNode(Node):
             return self.selector.count(0) if isinstance(self.selector, AllMembers) else None
         return self.selector.count(size)
 
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        groups = self.groups_for(sizes[self.items.id] if self.items is not None else None)
+        return None if groups is None else groups * self.samples
+
     def calls(self, sizes: Mapping[int, int | None]) -> int:
         groups = self.groups_for(sizes[self.items.id] if self.items is not None else None)
         if groups is None:
@@ -194,36 +166,6 @@ class CallNode(Node):
         groups = describe() if callable(describe) else type(self.selector).__name__
         return f"{self.primitive} over {groups}" + (f", {self.samples} samples each" if self.samples > 1 else "")
 
-    def expand(self, run: Run) -> list[Slot]:
-        if self.items is None:
-            members: list[Slot] = []
-            groups: list[tuple[int, ...]] = [()]
-        else:
-            members = run.slots[self.items.id]
-            check_set(self, len(members))
-            self.selector.check(len(members))
-            groups = self.selector.groups(len(members), run.rng(self))
-        context = [s for node in self.context.values() for s in run.slots[node.id]]
-        control = run.control_slots(self)
-        if isinstance(self.on_error, Quorum) and self.on_error.k > len(groups) * self.samples:
-            raise SubsetSizeError(
-                f"node {self.name!r}: quorum {self.on_error.k} is larger than its {len(groups) * self.samples} calls"
-            )
-        model = run.model(self.alias or "")
-        caps = model.backend.capabilities
-        batch = min(self.samples, caps.max_n or self.samples) if caps.supports_n else 1
-        outs = run.new_slots(len(groups) * self.samples)
-        index = 0
-        for group in groups:
-            member_slots = [members[i] for i in group]
-            deps = member_slots + context + control
-            for start in range(0, self.samples, batch):
-                count = min(batch, self.samples - start)
-                slots = outs[index : index + count]
-                run.when_ready(deps, slots, partial(run.launch_call, self, model, member_slots, slots, index))
-                index += count
-        return outs
-
 
 @dataclass(eq=False)
 class SetNode(Node):
@@ -235,10 +177,9 @@ class SetNode(Node):
     def reads(self) -> tuple[Node, ...]:
         return (self.items,) if self.items is not None else ()
 
-
-def check_set(node: Node, size: int) -> None:
-    if size == 0:
-        raise EmptySetError(f"node {node.name!r} reads an empty set")
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        assert self.items is not None
+        return sizes[self.items.id]
 
 
 @dataclass(eq=False)
@@ -263,15 +204,8 @@ class RuleNode(SetNode):
     def reads(self) -> tuple[Node, ...]:
         return (self.items, *self.using) if self.items is not None else self.using
 
-    def expand(self, run: Run) -> list[Slot]:
-        assert self.items is not None
-        members = run.slots[self.items.id]
-        check_set(self, len(members))
-        using = [run.slots[node.id] for node in self.using]
-        out = run.new_slots(1)
-        deps = members + [slot for slots in using for slot in slots] + run.control_slots(self)
-        run.when_ready(deps, out, partial(run.launch_rule, self, members, out[0], using))
-        return out
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        return 1
 
 
 @dataclass(eq=False)
@@ -281,15 +215,6 @@ class MapNode(SetNode):
     fn: Callable[[Trace], Any] | None = None
     extract: Extractor | None = None
     kind = "map"
-
-    def expand(self, run: Run) -> list[Slot]:
-        assert self.items is not None
-        members = run.slots[self.items.id]
-        control = run.control_slots(self)
-        outs = run.new_slots(len(members))
-        for i, (member, out) in enumerate(zip(members, outs)):
-            run.when_ready([member, *control], [out], partial(run.launch_map, self, member, out, i))
-        return outs
 
 
 @dataclass(eq=False)
@@ -313,17 +238,10 @@ class SelectNode(SetNode):
     def reads(self) -> tuple[Node, ...]:
         return (self.items, *self.using) if self.items is not None else self.using
 
-    def expand(self, run: Run) -> list[Slot]:
-        assert self.items is not None
-        members = run.slots[self.items.id]
-        check_set(self, len(members))
-        if self.k > len(members):
-            raise SubsetSizeError(f"{self.kind} {self.name!r}: k={self.k} is larger than its set (n={len(members)})")
-        using = [run.slots[node.id] for node in self.using]
-        outs = run.new_slots(self.k)
-        deps = members + [slot for slots in using for slot in slots] + run.control_slots(self)
-        run.when_ready(deps, outs, partial(run.launch_select, self, members, outs, using))
-        return outs
+    passes_through = True
+
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        return self.k
 
 
 @dataclass(eq=False)
@@ -337,8 +255,11 @@ class ConcatNode(Node):
     def reads(self) -> tuple[Node, ...]:
         return self.parts
 
-    def expand(self, run: Run) -> list[Slot]:
-        return [slot for part in self.parts for slot in run.slots[part.id]]
+    passes_through = True
+
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        parts = [sizes[p.id] for p in self.parts]
+        return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
 
 
 @dataclass(eq=False)
@@ -347,16 +268,6 @@ class GateNode(SetNode):
 
     until: Callable[[list[Trace]], bool] | None = None
     kind = "until"
-
-    def expand(self, run: Run) -> list[Slot]:
-        assert self.items is not None
-        members = run.slots[self.items.id]
-        outs = run.new_slots(len(members))
-        token = run.new_slots(1)[0]
-        run.gate_tokens[self.id] = token
-        run.when_ready(members + run.control_slots(self), outs + [token],
-                       partial(run.launch_gate, self, members, outs, token))
-        return outs
 
 
 @dataclass(eq=False)
@@ -370,15 +281,7 @@ class LoopResultNode(Node):
     def reads(self) -> tuple[Node, ...]:
         return self.candidates
 
-    def expand(self, run: Run) -> list[Slot]:
-        sets = [run.slots[c.id] for c in self.candidates]
-        outs = run.new_slots(len(sets[0]))
-        control = run.control_slots(self)
-        deps = [s for slots in sets for s in slots] + control
-        # later iterations are skipped when the loop stops: that must not skip the loop's result
-        run.when_ready(deps, outs, partial(run.launch_loop_result, self, sets, outs, control), propagate_skip=False)
-        return outs
+    passes_through = True
 
-
-def derive_rng(seed: int, node: str) -> random.Random:
-    return random.Random(f"{seed}:{node}")
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        return sizes[self.candidates[0].id]

@@ -8,11 +8,14 @@ escaping; write ``{{name}}`` for a literal ``{name}``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import TemplateError
+
+if TYPE_CHECKING:
+    from scaffold._types import Trace
 
 _PART = re.compile(r"\{\{[A-Za-z_][A-Za-z0-9_]*\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -83,3 +86,19 @@ def _escape(literal: str) -> str:
 def as_template(value: str | Template) -> Template:
     """Return ``value`` as a :class:`Template`."""
     return value if isinstance(value, Template) else Template(value)
+
+
+def format_candidates(traces: Sequence[Trace]) -> str:
+    """Default rendering of a candidate set inside an aggregation prompt (``{candidates}``).
+
+    Example:
+        >>> from scaffold import Trace
+        >>> print(format_candidates([Trace(id="a", run_id="r", node="n", index=0, text="x = 1"),
+        ...                          Trace(id="b", run_id="r", node="n", index=1, text="x = 2")]))
+        Candidate 1:
+        x = 1
+        <BLANKLINE>
+        Candidate 2:
+        x = 2
+    """
+    return "\n\n".join([f"Candidate {i}:\n{t.text}" for i, t in enumerate(traces, 1)])

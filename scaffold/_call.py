@@ -1,0 +1,206 @@
+"""The model-call path: how one request of a call node becomes recorded traces.
+
+A call reads, in order: **reuse** (a resumed run's record or the response cache may answer it) →
+**emit** (``CallStarted``) → **send** (:meth:`Model.complete` inside the run's layers) → **trace**
+(one record per completion). Any failure on the way is the node's failure, under its policy.
+
+The run's layers wrap ``Model.complete`` and are composed once per model alias and run
+(:func:`sender`): the call timeout sits innermost, the token/dollar budget outside it (it books
+before the timed call and settles after it). A layer is a function from a ``Send`` to a ``Send``::
+
+    def logged(send: Send) -> Send:
+        async def send_logged(request: Request) -> Reply:
+            print("sending", request.model)
+            return await send(request)
+        return send_logged
+
+Without a budget and a call timeout, ``send`` *is* ``Model.complete``: no layer costs anything
+on the hot path unless it is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from scaffold._errors import BackendError, CallTimeout
+from scaffold._events import CallStarted
+from scaffold._types import Completion, Request, Status, Trace, record_maker
+from scaffold.backends._model import Model, Reply
+
+if TYPE_CHECKING:
+    from scaffold._budget import Budget
+    from scaffold._executor import Run, Slot
+    from scaffold._nodes import CallNode
+
+Send = Callable[[Request], Awaitable[Reply]]
+"""Something that answers a request: :meth:`Model.complete`, or a layer around it."""
+Layer = Callable[[Send], Send]
+"""A function wrapping a ``Send`` (timeout, budget, your own logging...)."""
+
+_new_trace = record_maker(Trace)
+
+
+class ReuseSource(Protocol):
+    """Something that may answer a call without sending it (see :mod:`scaffold.store._reuse`)."""
+
+    async def take(
+        self, run_id: str, node: str, index: int, request: Request, inputs: tuple[str, ...]
+    ) -> list[Trace] | None:
+        """The call's traces (ids ``{run_id}/{node}#{index + i}``), or ``None`` to send it."""
+        ...
+
+
+def call_seed(run_seed: int, node: str, index: int) -> int:
+    """The seed a request gets: a pure function of the run seed, the node name and the index.
+
+    Hashed rather than counted up, so that engines deriving choice ``i``'s seed as ``seed + i``
+    (vLLM) never give two requests the same samples.
+
+    Example:
+        >>> call_seed(0, "step0", 3) == call_seed(0, "step0", 3) != call_seed(1, "step0", 3)
+        True
+    """
+    return zlib.crc32(f"{run_seed}/{node}#{index}".encode()) & 0x7FFFFFFF
+
+
+# -- layers around Model.complete -------------------------------------------------------------
+def timeout_layer(seconds: float, alias: str | None) -> Layer:
+    """Abandon a call (every retry included) that runs past ``seconds``: :class:`CallTimeout`."""
+
+    def wrap(send: Send) -> Send:
+        async def send_timed(request: Request) -> Reply:
+            try:
+                async with asyncio.timeout(seconds):
+                    return await send(request)
+            except TimeoutError:
+                raise CallTimeout(f"call to {alias!r} ran past {seconds}s") from None
+
+        return send_timed
+
+    return wrap
+
+
+def budget_layer(budget: Budget) -> Layer:
+    """Book the call's worst case against ``budget`` before sending (:class:`BudgetExceeded` if it could
+    pass it), settle with what the completions used after."""
+
+    def wrap(send: Send) -> Send:
+        async def send_budgeted(request: Request) -> Reply:
+            booked = budget.book(request)  # raises BudgetExceeded before anything is sent
+            reply = None
+            try:
+                reply = await send(request)
+                return reply
+            finally:
+                budget.settle(booked, reply.completions if reply is not None else None)
+
+        return send_budgeted
+
+    return wrap
+
+
+def layered(send: Send, layers: Sequence[Layer]) -> Send:
+    """``send`` wrapped by ``layers``, the first innermost."""
+    for layer in layers:
+        send = layer(send)
+    return send
+
+
+def sender(model: Model, alias: str | None, *, call_timeout: float | None, budget: Budget | None) -> Send:
+    """The run's path to ``model``: its ``complete`` inside the call timeout, inside the budget."""
+    layers: list[Layer] = []
+    if call_timeout is not None:
+        layers.append(timeout_layer(call_timeout, alias))
+    if budget is not None:
+        layers.append(budget_layer(budget))
+    return layered(model.complete, layers)
+
+
+# -- one call: reuse -> emit -> send -> trace ---------------------------------------------------
+async def call(
+    run: Run, node: CallNode, send: Send, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
+) -> None:
+    """Answer one request of ``node`` (choices ``index ..``) into ``outs``; started as a task by the call kind."""
+    started, t0 = time.time(), time.perf_counter()
+    try:
+        try:
+            if run.reuse and await reused(run, node, request, inputs, outs, index):
+                return
+            if run.subscribers:
+                ids = tuple(f"{run.run_id}/{node.name}#{index + i}" for i in range(len(outs)))
+                run.emit(CallStarted(run.run_id, ids, node.alias or ""))
+            reply = await send(request)
+            completions = reply.completions
+            if len(completions) != request.n:
+                raise BackendError(f"backend returned {len(completions)} completions for n={request.n}")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and not task.cancelling():  # the backend raised it, nobody cancelled us
+                run.node_failed(node, outs, index, BackendError("the backend raised CancelledError"),
+                                request, inputs, started, time.perf_counter() - t0)
+                return
+            latency = time.perf_counter() - t0
+            for i in range(len(outs)):
+                run.record(unanswered(run, node, request, inputs, index + i, started, latency))
+            raise
+        except Exception as exc:
+            run.node_failed(node, outs, index, exc, request, inputs, started, time.perf_counter() - t0)
+            return
+        started, latency, attempt = reply.started, reply.latency, reply.attempts
+        try:  # a malformed completion or an extractor that raises is this call's failure
+            traces = [answered(run, node, request, inputs, index + i, completion, started, latency, attempt)
+                      for i, completion in enumerate(completions)]
+        except Exception as exc:
+            run.node_failed(node, outs, index, exc, request, inputs, started, latency)
+            return
+        for slot, trace in zip(outs, traces):
+            run.finish(slot, trace)
+    finally:  # cheaper than a done-callback, which costs one more loop turn per call
+        run.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+
+async def reused(
+    run: Run, node: CallNode, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
+) -> bool:
+    """Answer the call from a reuse source (a resumed run's record, the response cache) if one has it."""
+    for source in run.reuse:
+        traces = await source.take(run.run_id, node.name, index, request, inputs)
+        if traces is not None and len(traces) == len(outs):
+            for slot, trace in zip(outs, traces):
+                run.finish(slot, trace)
+            return True
+    return False
+
+
+def answered(
+    run: Run, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, completion: Completion,
+    started: float, latency: float, attempt: int,
+) -> Trace:
+    """The record of one completion."""
+    text = completion.text
+    metadata = completion.metadata
+    if completion.finish_reason is not None:
+        metadata = {**metadata, "finish_reason": completion.finish_reason}
+    return _new_trace(
+        id=f"{run.run_id}/{node.name}#{index}", run_id=run.run_id, node=node.name, index=index,
+        model=node.alias, request=request, text=text, answer=(node.extract or run.extract)(text),
+        token_ids=completion.token_ids, logprobs=completion.logprobs, usage=completion.usage,
+        cost=completion.cost, latency=latency, started_at=started, inputs=inputs, attempt=attempt,
+        metadata=metadata,
+    )
+
+
+def unanswered(
+    run: Run, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, started: float, latency: float
+) -> Trace:
+    """The record of a choice whose call was cancelled in flight."""
+    return Trace(
+        id=f"{run.run_id}/{node.name}#{index}", run_id=run.run_id, node=node.name, index=index,
+        model=node.alias, request=request, inputs=inputs, latency=latency, started_at=started,
+        status=Status.CANCELLED, error="cancelled",
+    )
+

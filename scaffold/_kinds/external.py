@@ -1,0 +1,66 @@
+"""Candidates from outside the graph: a set given in the run's inputs (``Input``) or fixed at build time
+(``candidates``). They become external traces at once; nothing is sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from scaffold._answers import Extractor
+from scaffold._errors import InputError
+from scaffold._kinds.registry import expands
+from scaffold._nodes import ConstNode, InputNode, Node
+from scaffold._types import Trace, TraceKind
+
+if TYPE_CHECKING:
+    from scaffold._executor import Run, Slot
+
+
+@expands(InputNode)
+def expand_input(run: Run, node: InputNode) -> list[Slot]:
+    try:
+        values = run.inputs[node.input_name]
+    except KeyError:
+        raise InputError(f"the graph reads candidates from input {node.input_name!r}, which is missing") from None
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise InputError(f"input {node.input_name!r} must be a list of candidates, got {type(values).__name__}")
+    return external_slots(run, node, values)
+
+
+@expands(ConstNode)
+def expand_const(run: Run, node: ConstNode) -> list[Slot]:
+    return external_slots(run, node, node.values)
+
+
+def external_slots(run: Run, node: Node, values: Sequence[Any]) -> list[Slot]:
+    """One resolved slot per value, each holding its external trace."""
+    outs = run.new_slots(len(values))
+    extract = getattr(node, "extract", None) or run.extract
+    traces = [external_trace(run.run_id, node.name, i, v, extract) for i, v in enumerate(values)]
+    for slot, trace in zip(outs, traces):
+        run.finish(slot, trace)
+    return outs
+
+
+def external_trace(run_id: str, node: str, index: int, value: Any, extract: Extractor) -> Trace:
+    """Turn a user-supplied candidate (string, Trace or mapping) into an external trace."""
+    tid = f"{run_id}/{node}#{index}"
+    if isinstance(value, Trace):
+        return Trace(
+            id=tid, run_id=run_id, node=node, index=index, kind=TraceKind.EXTERNAL, model=value.model,
+            text=value.text, answer=value.answer if value.answer is not None else extract(value.text),
+            usage=value.usage, cost=value.cost, metadata={"source_id": value.id, **value.metadata},
+        )
+    if isinstance(value, str):
+        return Trace(id=tid, run_id=run_id, node=node, index=index, kind=TraceKind.EXTERNAL,
+                     text=value, answer=extract(value))
+    if isinstance(value, Mapping) and isinstance(value.get("text"), str):
+        extra = {k: v for k, v in value.items() if k not in ("text", "answer", "model")}
+        answer = value.get("answer")
+        return Trace(id=tid, run_id=run_id, node=node, index=index, kind=TraceKind.EXTERNAL,
+                     model=value.get("model"), text=value["text"],
+                     answer=str(answer) if answer is not None else extract(value["text"]), metadata=extra)
+    raise InputError(
+        f"candidate {index} of {node!r} is {type(value).__name__}; give a string, a Trace, "
+        f"or a mapping with a 'text' key"
+    )
