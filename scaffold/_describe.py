@@ -2,92 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from scaffold._errors import EmptySetError, GraphDefinitionError, InputError, SubsetSizeError
+from scaffold._errors import GraphDefinitionError
+from scaffold._json import to_json
 from scaffold._nodes import (
     CallNode,
-    ConcatNode,
     ConstNode,
     GateNode,
     InputNode,
-    LoopResultNode,
-    MapNode,
     Node,
-    Quorum,
-    RuleNode,
-    SelectNode,
 )
-from scaffold._template import Template
-from scaffold._types import Trace
+from scaffold._sizes import infer_sizes
 
 if TYPE_CHECKING:
     from scaffold._graph import Graph
-
-
-def infer_sizes(graph: Graph, input_sizes: Mapping[str, int] | None = None) -> dict[int, int | None]:
-    """Static size of every node, given the sizes of candidate sets supplied at run time."""
-    sizes: dict[int, int | None] = {}
-    given = dict(input_sizes or {})
-    for node in graph.nodes:
-        size: int | None
-        if isinstance(node, InputNode):
-            size = given.get(node.input_name)
-        elif isinstance(node, ConstNode):
-            size = len(node.values)
-        elif isinstance(node, CallNode):
-            groups = node.groups_for(sizes[node.items.id] if node.items is not None else None)
-            size = None if groups is None else groups * node.samples
-        elif isinstance(node, RuleNode):
-            size = 1
-        elif isinstance(node, SelectNode):
-            size = node.k
-        elif isinstance(node, (MapNode, GateNode)):
-            assert node.items is not None
-            size = sizes[node.items.id]
-        elif isinstance(node, ConcatNode):
-            parts = [sizes[p.id] for p in node.parts]
-            size = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
-        elif isinstance(node, LoopResultNode):
-            size = sizes[node.candidates[0].id]
-        else:
-            size = node.size
-        sizes[node.id] = size
-    return sizes
-
-
-def check_run_sizes(graph: Graph, inputs: Mapping[str, Any]) -> None:
-    """Validate what only the inputs decide (candidate set sizes) before a run sends anything."""
-    given: dict[str, int] = {}
-    for node in graph.nodes:
-        if isinstance(node, InputNode):
-            values = inputs.get(node.input_name)
-            if values is None:
-                raise InputError(f"the graph reads candidates from input {node.input_name!r}, which is missing")
-            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-                raise InputError(
-                    f"input {node.input_name!r} must be a list of candidates, got {type(values).__name__}"
-                )
-            for i, value in enumerate(values):
-                if not (isinstance(value, (str, Trace)) or (isinstance(value, Mapping)
-                                                            and isinstance(value.get("text"), str))):
-                    raise InputError(f"candidate {i} of input {node.input_name!r} is {type(value).__name__}; "
-                                     f"give a string, a Trace, or a mapping with a 'text' key")
-            given[node.input_name] = len(values)
-    sizes = infer_sizes(graph, given)
-    for node in graph.nodes:
-        reads = [sizes[r.id] for r in node.reads]
-        if isinstance(node, (RuleNode, SelectNode)) or (isinstance(node, CallNode) and node.items is not None):
-            if reads[0] == 0:
-                raise EmptySetError(f"node {node.name!r} reads an empty set")
-        if isinstance(node, CallNode) and node.items is not None and reads[0] is not None:
-            node.selector.check(reads[0])
-        size = sizes[node.id]
-        if isinstance(node.on_error, Quorum) and size is not None and node.on_error.k > size:
-            raise SubsetSizeError(f"node {node.name!r}: quorum {node.on_error.k} is larger than its {size} calls")
-        if isinstance(node, SelectNode) and reads[0] is not None and node.k > reads[0]:
-            raise SubsetSizeError(f"top_k {node.name!r}: k={node.k} is larger than its set (n={reads[0]})")
 
 
 def count_calls(graph: Graph, input_sizes: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -109,37 +39,12 @@ def count_calls(graph: Graph, input_sizes: Mapping[str, int] | None = None) -> d
     return counts
 
 
-def stable_value(value: Any) -> Any:
-    """A build parameter as JSON data that is the same in every process (no memory addresses).
-
-    Functions are named by module and qualified name, templates by their text, sequences and
-    mappings element by element; other objects by ``repr``.
-
-    Example:
-        >>> import math
-        >>> stable_value((1, "a", math.sqrt)), stable_value({"k": None})
-        ([1, 'a', 'math.sqrt'], {'k': None})
-    """
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Template):
-        return value.text
-    if isinstance(value, Mapping):
-        return {str(k): stable_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [stable_value(v) for v in value]
-    name = getattr(value, "__qualname__", None)
-    if callable(value) and isinstance(name, str):
-        return f"{getattr(value, '__module__', None) or '?'}.{name}"
-    return repr(value)
-
-
 def spec(graph: Graph) -> dict[str, Any]:
     """The graph's structure as JSON-friendly data (recorded with every run)."""
     return {
         "name": graph.name,
         "inputs": list(graph.inputs),
-        "params": {k: stable_value(v) for k, v in graph.params.items()},
+        "params": {k: to_json(v, stable=True) for k, v in graph.params.items()},
         "nodes": [
             {
                 "name": n.name,

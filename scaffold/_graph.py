@@ -14,45 +14,23 @@ import functools
 import inspect
 import random
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, overload
 
 from scaffold._answers import Extractor, extract_boxed
 from scaffold._budget import Budget
 from scaffold._builder import Builder, Input, building, current_builder, in_build
-from scaffold._describe import check_run_sizes, count_calls, describe, mermaid, spec
-from scaffold._errors import GraphDefinitionError, GraphError, InputError, RunError, StoreError
+from scaffold._describe import count_calls, describe, mermaid, spec
+from scaffold._errors import GraphDefinitionError, InputError, RunError
 from scaffold._events import Subscriber
 from scaffold._executor import ReuseSource, Run, Slot, bind_models
+from scaffold._graph_map import map_runs
 from scaffold._nodes import InputNode, Node
 from scaffold._result import RunResult
+from scaffold._sizes import check_run_sizes
+from scaffold._sync import no_running_loop, run_released
 from scaffold._types import Status
-from scaffold.backends._model import Model
 from scaffold.store._default import DEFAULT, resolve_store
-
-_END: Any = object()
-_T = TypeVar("_T")
-
-
-def _no_running_loop(what: str, instead: str) -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise RunError(f"{what}() cannot be called inside a running event loop; use `{instead}` there")
-
-
-async def _then_release(work: Awaitable[_T], models: Mapping[str, Model]) -> _T:
-    """Await ``work``, then let each distinct backend release what it holds on this event loop."""
-    try:
-        return await work
-    finally:
-        released: set[int] = set()
-        for model in models.values():
-            release = getattr(model.backend, "release_loop", None)
-            if release is not None and id(model.backend) not in released:
-                released.add(id(model.backend))
-                await release()
 
 
 def _signature(fn: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -219,11 +197,11 @@ class Graph:
         It runs on a fresh event loop and, before closing it, lets every bound backend
         release what it holds on that loop (HTTP connections, queues).
         """
-        _no_running_loop("run_sync", "await graph.run(...)")
+        no_running_loop("run_sync", "await graph.run(...)")
         kwargs["models"] = bind_models(self, kwargs.get("models"))
-        return asyncio.run(_then_release(self.run(inputs, **kwargs), kwargs["models"]))
+        return run_released(self.run(inputs, **kwargs), kwargs["models"])
 
-    async def map(
+    def map(
         self,
         rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
         *,
@@ -264,67 +242,19 @@ class Graph:
             >>> asyncio.run(main())
             ['1', '1', '1']
         """
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        numbers = None if items is None else iter(items)
-        bound = bind_models(self, models)
-        run_kwargs["store"] = await asyncio.to_thread(resolve_store, store)
-        bar = _progress(progress, rows)
-        next_row = _row_reader(rows)
-        pending: set[asyncio.Task[RunResult]] = set()
-        position = 0
-        try:
-            while True:
-                while len(pending) < concurrency:
-                    row = await next_row()
-                    if row is _END:
-                        break
-                    if numbers is not None:
-                        given = next(numbers, None)
-                        if given is None:
-                            raise ValueError("items has fewer positions than there are rows")
-                        position = given
-                    row_seed = None if seed is None else seed + position
-                    row_kwargs = {**run_kwargs, "dataset": dataset, "item": position if dataset else None,
-                                  "run_id": None if run_id is None else f"{run_id}-{position}"}
-                    pending.add(asyncio.create_task(self._map_one(row, position, bound, row_seed, row_kwargs)))
-                    position += 1
-                if not pending:
-                    break
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    if bar is not None:
-                        bar.update(1)
-                    yield task.result()
-        finally:
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-            if bar is not None:
-                bar.close()
-
-    async def _map_one(
-        self, row: Mapping[str, Any], index: int, models: Mapping[str, Any], seed: int | None, kwargs: dict[str, Any]
-    ) -> RunResult:
-        try:
-            result = await self.run(row, models=models, seed=seed, raise_on_error=False, **kwargs)
-        except (InputError, GraphError, StoreError) as exc:  # a bad row must not stop the batch
-            result = RunResult(run_id="", graph=self.name, inputs=row, seed=seed or 0, status="error",
-                               output=None, error=exc)
-        result.index = index
-        return result
+        return map_runs(self, rows, models=models, concurrency=concurrency, seed=seed, progress=progress,
+                        run_id=run_id, dataset=dataset, store=store, items=items, run_kwargs=run_kwargs)
 
     def map_sync(self, rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
         """:meth:`map` from synchronous code, collecting every result in the rows' order."""
-        _no_running_loop("map_sync", "async for result in graph.map(...)")
+        no_running_loop("map_sync", "async for result in graph.map(...)")
 
         kwargs["models"] = bound = bind_models(self, kwargs.get("models"))
 
         async def collect() -> list[RunResult]:
             return sorted([r async for r in self.map(rows, **kwargs)], key=lambda r: r.index or 0)
 
-        return asyncio.run(_then_release(collect(), bound))
+        return run_released(collect(), bound)
 
     # -- as a sub-graph ------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -471,31 +401,3 @@ def _collect(value: Any, slots: list[list[Slot]]) -> Any:
         return [_collect(v, slots) for v in value]
     return value
 
-
-def _row_reader(dataset: Iterable[Any] | AsyncIterable[Any]) -> Callable[[], Awaitable[Any]]:
-    """An async ``next`` over a sync or async iterable, returning ``_END`` when it is exhausted."""
-    if isinstance(dataset, AsyncIterable):
-        rows_async = aiter(dataset)
-
-        async def next_async() -> Any:
-            try:
-                return await anext(rows_async)
-            except StopAsyncIteration:
-                return _END
-
-        return next_async
-    rows = iter(dataset)
-
-    async def next_sync() -> Any:
-        return next(rows, _END)
-
-    return next_sync
-
-
-def _progress(enabled: bool, dataset: Iterable[Any] | AsyncIterable[Any]) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    total = len(dataset) if hasattr(dataset, "__len__") else None  # type: ignore[arg-type]
-    return tqdm(total=total, unit="run")

@@ -16,21 +16,22 @@ from scaffold._answers import Extractor
 from scaffold._builder import Builder, Input, current_builder
 from scaffold._errors import EmptySetError, GraphDefinitionError, SubsetSizeError, TemplateError
 from scaffold._nodes import CallNode, ConstNode, InputNode, Node, OnError, Quorum, make_policy
+from scaffold._secrets import SECRET_PARAMS
 from scaffold._selectors import AllMembers, Selector, make_selector
 from scaffold._template import Template, as_template
 from scaffold._types import Trace
-from scaffold.backends._model import SECRET_PARAMS
 
 AGGREGATE_PROMPT = Template(
     "Problem:\n{problem}\n\n"
     "Below are {k} candidate solutions to the problem. Some of them may be wrong.\n\n"
     "{candidates}\n\n"
-    "Read the candidates carefully. Check each step, correct the mistakes you find, fill in anything "
-    "missing, and combine the useful ideas into a single complete and correct solution. "
-    "Do not simply copy a candidate without checking it. "
-    "End with the final answer in \\boxed{}."
+    "Review the candidates carefully: check each step, correct the mistakes you find, fill in anything that "
+    "is missing, and combine the useful ideas into one complete and correct solution. Do not copy a candidate "
+    "without checking it. End with the final answer in \\boxed{}."
 )
-"""Default aggregation instruction (AggLM's idea, in our own words): review, correct, fill gaps, combine."""
+"""The default aggregation prompt, the one home of its text (AggLM's idea, in our own words: review, correct, fill
+gaps, combine). ``sf.aggregate`` uses it when given no prompt; ``graphs``' topologies use its text as their
+``aggregate_prompt`` default (:data:`graphs.prompts.AGGREGATE_PROMPT`)."""
 
 SetLike = Node | Input | Sequence[Any]
 """What may be passed where a set of traces is expected: a node, a graph input, or a list of candidates."""

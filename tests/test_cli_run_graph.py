@@ -58,22 +58,22 @@ def test_graph_list_names_every_topology_with_a_description(tmp_path: Path) -> N
     assert all(len(row.split()) > 2 for row in rows)
     with_params = scaffold("graph", "list", "--params", store=tmp_path / "runs.db")
     assert with_params.returncode == 0, with_params.stderr
-    assert "rsa: " in with_params.stdout and "  population = 16" in with_params.stdout
+    assert "rsa: " in with_params.stdout and "  n = 16" in with_params.stdout
     params = scaffold("graph", "params", "rsa", store=tmp_path / "runs.db")
-    assert params.returncode == 0 and params.stdout.splitlines()[0] == "population = 16"
+    assert params.returncode == 0 and params.stdout.splitlines()[0] == "n = 16"
     assert not (tmp_path / "runs.db").exists()  # nothing to record
 
 
 def test_graph_show_prints_mermaid_with_the_dry_run_call_count(tmp_path: Path) -> None:
     """``graph show rsa`` prints a Mermaid flowchart of every step and ends with a ``%% calls`` comment."""
-    done = scaffold("graph", "show", "rsa", "-p", "population=4", "-p", "steps=2", store=tmp_path / "runs.db")
+    done = scaffold("graph", "show", "rsa", "-p", "n=4", "-p", "steps=2", store=tmp_path / "runs.db")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("flowchart")
     assert all(line.startswith("    ") for line in lines[1:-1])  # nodes and edges, nothing else
     for node in ("step0", "step1", "step2"):
         assert f'["{node}<br/>' in done.stdout
-    expected = build_topology("rsa", {"population": "4", "steps": "2"}).count_calls()
+    expected = build_topology("rsa", {"n": "4", "steps": "2"}).count_calls()
     assert expected == {"solver": 12}
     assert lines[-1] == "%% calls: solver=12"
 
@@ -93,8 +93,8 @@ def test_graph_show_text_and_json_formats(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "named"), [
     (("graph", "show", "rsb"), "unknown topology 'rsb'"),
     (("graph", "show", "rsa", "-p", "populaton=4"), "no parameter 'populaton'"),
-    (("graph", "show", "rsa", "-p", "population"), "'population' is not KEY=VALUE"),
-    (("graph", "show", "rsa", "-p", "population=0"), "got 0"),
+    (("graph", "show", "rsa", "-p", "n"), "'n' is not KEY=VALUE"),
+    (("graph", "show", "rsa", "-p", "n=0"), "got 0"),
     (("graph", "params", "rsb"), "unknown topology 'rsb'"),
     (("run", "rsb", "--problem", "1+1"), "unknown topology 'rsb'"),
     (("run", "rsa", "-p", "stepz=1", "--problem", "1+1"), "no parameter 'stepz'"),
@@ -182,3 +182,22 @@ def test_a_failed_run_prints_one_line_and_exits_1(tmp_path: Path) -> None:
     assert report["status"] == "error" and report["error"] and "\n" not in report["error"]
     for output in (done, as_json):
         assert FAKE_KEY not in output.stdout + output.stderr
+
+
+def test_a_renamed_parameter_still_works_and_the_command_line_says_so():
+    """``-p population=4`` builds RSA with n=4 and prints the deprecation on stderr (not a traceback)."""
+    import warnings
+
+    from click.testing import CliRunner
+
+    from scaffold.cli import main
+
+    with warnings.catch_warnings():
+        result = CliRunner().invoke(main, ["graph", "show", "rsa", "-p", "population=4", "-p", "k=2", "-p", "steps=1",
+                                           "--format", "text"])
+    assert result.exit_code == 0, result.output
+    assert "parameter 'population' of 'rsa' is deprecated; use 'n'" in result.stderr
+    new = CliRunner().invoke(main, ["graph", "show", "rsa", "-p", "n=4", "-p", "k=2", "-p", "steps=1",
+                                    "--format", "text"])
+    assert new.exit_code == 0 and "deprecated" not in new.stderr
+    assert result.stdout == new.stdout

@@ -5,13 +5,15 @@ OpenAI-compatible server, vLLM's included, through one async call.
   declares ``supports_n=False`` and the executor sends one request per sample.
 - Retries, limits and timeouts are :class:`~scaffold.backends.Model`'s job: litellm's own
   retries are switched off, and its errors are mapped to typed
-  :class:`~scaffold._errors.BackendError` subclasses that say whether to retry.
+  :class:`~scaffold._errors.BackendError` subclasses that say whether to retry
+  (:mod:`scaffold.backends._litellm_errors`).
 - Token ids and logprobs come back when asked: vLLM's per-choice ``token_ids`` arrive in
   litellm's ``provider_specific_fields``.
 - Cost comes from litellm's price map, or from prices given here; an unknown price is
   recorded as ``None``, never as 0.
 - API keys come from the environment (litellm's provider variables, or ``api_key_env``) or
-  from ``api_key``; they are redacted from every error message and never put in requests.
+  from ``api_key``; they are redacted from every error message (:mod:`scaffold._secrets`) and
+  never put in requests.
 
 litellm is imported on first use (it takes seconds), with its price map read locally.
 """
@@ -19,54 +21,23 @@ litellm is imported on first use (it takes seconds), with its price map read loc
 from __future__ import annotations
 
 import asyncio
-import datetime
-import email.utils
-import math
 import os
-import re
-import time
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from scaffold._errors import (
-    AuthenticationError,
-    BackendError,
-    BadRequestError,
-    ConnectionFailed,
-    ContextLengthError,
-    RateLimitError,
-    RequestTimeout,
-    ServerError,
-)
+from scaffold._errors import AuthenticationError, BackendError, BadRequestError, ServerError
+from scaffold._secrets import MaskedKey, environment_secrets, redact
 from scaffold._types import Completion, Request, Usage
 from scaffold.backends._base import Capabilities
+from scaffold.backends._litellm_errors import typed_error
 
 NATIVE_N_PROVIDERS = frozenset({"openai", "hosted_vllm", "azure", "text-completion-openai", "custom_openai"})
 """Providers whose ``n`` is sent as is (litellm's supported-parameter list is also consulted)."""
 
 TOKEN_ID_PROVIDERS = frozenset({"hosted_vllm"})
 """Providers asked for vLLM's ``return_token_ids`` when a request wants logprobs."""
-
-_CONNECTION_SIGNS = ("cannot connect to host", "connection refused", "server disconnected", "connection reset",
-                     "remoteprotocolerror", "connecterror", "connection closed")
-_SECRET_VARIABLE_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
-_SECRET_PATTERNS = (
-    re.compile(r"sk-[A-Za-z0-9_\-]{6,}"),
-    re.compile(r"(?i)(bearer\s+)[^\s'\",}]+"),
-    re.compile(r"(?i)(api[_-]?key['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]+"),
-)
-
-
-class MaskedKey(str):
-    """An API key that shows as ``'***'`` in ``repr``, so tracebacks that print local variables hide it."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "'***'"
-
 
 def import_litellm() -> Any:
     """Import litellm quietly, with its bundled price map (no network at import)."""
@@ -82,27 +53,6 @@ def import_litellm() -> Any:
     # each test in one) discards it, and the calls then fail under -W error. Keep it in front.
     warnings.filterwarnings("ignore", message=".*`ReadOnly` qualifier.*", category=UserWarning)
     return litellm
-
-
-def environment_secrets() -> list[str]:
-    """Values of environment variables named like secrets (``*_API_KEY``, ``*_TOKEN``...), 8 characters or more."""
-    return [value for name, value in os.environ.items()
-            if len(value) >= 8 and name.upper().endswith(_SECRET_VARIABLE_SUFFIXES)]
-
-
-def redact(text: str, secrets: Sequence[str] = ()) -> str:
-    """Remove ``secrets`` and anything shaped like a key or bearer token from ``text``.
-
-    Example:
-        >>> redact("Incorrect API key provided: sk-abc123456789. Bearer xyz", ())
-        'Incorrect API key provided: sk-***. Bearer ***'
-    """
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    text = _SECRET_PATTERNS[0].sub("sk-***", text)
-    text = _SECRET_PATTERNS[1].sub(r"\1***", text)
-    return _SECRET_PATTERNS[2].sub(r"\1***", text)
 
 
 class LiteLLMBackend:
@@ -216,7 +166,8 @@ class LiteLLMBackend:
                 messages = [{"role": role, "content": content} for role, content in request.messages]
                 response = await litellm.acompletion(messages=messages, **kwargs)
         except Exception as exc:
-            error = self._typed_error(exc)
+            error = typed_error(litellm, exc, self._redact(
+                f"{self.model_name}: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}"))
         if error is not None:  # raised outside the handler: the original may quote the key, so no __context__
             raise error
         try:
@@ -353,37 +304,6 @@ class LiteLLMBackend:
         secrets = [s for s in (self._api_key, os.environ.get(self.api_key_env or "") or None) if s]
         return redact(text, secrets + environment_secrets())  # providers' own variables too (GEMINI_API_KEY...)
 
-    def _typed_error(self, exc: BaseException) -> BackendError:
-        litellm = import_litellm()
-        status = getattr(exc, "status_code", None)
-        status = status if isinstance(status, int) else None
-        detail = self._redact(f"{self.model_name}: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}")
-        if isinstance(exc, BackendError):
-            return exc
-        if isinstance(exc, litellm.ContextWindowExceededError):
-            return ContextLengthError(detail, status_code=status)
-        if isinstance(exc, litellm.RateLimitError) or status == 429:
-            return RateLimitError(detail, status_code=429, retry_after=retry_after(exc))
-        if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)) or status in (401, 403):
-            return AuthenticationError(detail, status_code=status)
-        if isinstance(exc, litellm.Timeout):
-            return RequestTimeout(detail, status_code=status)
-        if isinstance(exc, (litellm.BadRequestError, litellm.NotFoundError, litellm.UnprocessableEntityError)):
-            if "context length" in detail.lower() or "context window" in detail.lower():
-                return ContextLengthError(detail, status_code=status)
-            return BadRequestError(detail, status_code=status)
-        if status is not None and 400 <= status < 500 and status not in (408, 409):
-            return BadRequestError(detail, status_code=status)
-        lowered = detail.lower()
-        if any(sign in lowered for sign in _CONNECTION_SIGNS):  # litellm reports these as 500s too
-            return ConnectionFailed(detail, status_code=status)
-        if isinstance(exc, litellm.APIConnectionError) and (status is None or status >= 500):
-            if "json" in lowered or "decode" in lowered or "expecting value" in lowered:
-                return ServerError(detail, status_code=status)  # a malformed body
-            return ConnectionFailed(detail, status_code=status)
-        return ServerError(detail, status_code=status, retry_after=retry_after(exc))
-
-
 async def release_litellm_loop() -> None:
     """Drain litellm's logging queue and close its clients cached for the running loop.
 
@@ -425,38 +345,6 @@ async def release_litellm_loop() -> None:
                 break
             except Exception:
                 continue
-
-
-def retry_after(exc: BaseException) -> float | None:
-    """Seconds a provider asked to wait, from ``retry-after-ms`` or ``retry-after`` headers of an error."""
-    headers: Any = None
-    for source in (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
-                   getattr(getattr(exc, "response", None), "headers", None)):
-        if source:
-            headers = source
-            break
-    if not headers:
-        return None
-    lower = {str(k).lower(): str(v) for k, v in dict(headers).items()}
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = lower.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / scale
-        except ValueError:
-            if name == "retry-after-ms":
-                continue
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (ValueError, TypeError, IndexError):
-                continue
-            if when.tzinfo is None:  # "-0000": an HTTP date is UTC, never local time
-                when = when.replace(tzinfo=datetime.UTC)
-            seconds = max(0.0, when.timestamp() - time.time())
-        if math.isfinite(seconds) and seconds >= 0:  # "inf" or "nan" would stall or spin the throttle
-            return seconds
-    return None
 
 
 def _split(total: int, parts: int) -> list[int]:

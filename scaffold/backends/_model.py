@@ -16,15 +16,10 @@ from typing import Any, NamedTuple
 
 from scaffold._errors import BackendError, ModelAliasError, RateLimitError, RequestTimeout
 from scaffold._limits import InFlightLimit, RateLimit, Throttle
+from scaffold._secrets import SECRET_HEADERS, SECRET_PARAMS
 from scaffold._types import Completion, Request
 from scaffold.backends._base import Backend
 from scaffold.backends._retry import Retry
-
-SECRET_PARAMS = frozenset({"api_key", "api-key", "key", "token", "access_token", "authorization", "secret"})
-"""Parameter names that are credentials: taken out of ``params`` so they are never recorded."""
-
-SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "proxy-authorization", "x-goog-api-key"})
-"""Header names whose values are credentials: ``extra_headers`` carrying one are handled like ``api_key``."""
 
 DEFAULT_MAX_TOKENS = 512
 """Completion tokens assumed per choice for the tokens-per-minute budget when a request sets no ``max_tokens``."""

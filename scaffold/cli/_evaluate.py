@@ -59,10 +59,10 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
 
     \b
     Examples:
-      scaffold eval rsa -p population=8 -p steps=3              # pocket model, 100 pocket problems
+      scaffold eval rsa -p n=8 -p steps=3              # pocket model, 100 pocket problems
       scaffold eval self_consistency -p n=1,4,16 --out out/sc   # a sweep, its table and plots
       scaffold eval my_graphs.py:debate -p rounds=2             # your own @sf.graph function
-      scaffold eval rsa --data ../shared/data/aime24.jsonl --model openai/gpt-4o-mini -p population=16
+      scaffold eval rsa --data ../shared/data/aime24.jsonl --model openai/gpt-4o-mini -p n=16
       scaffold eval agglm --model solver=openai/gpt-4o-mini --model aggregator=hosted_vllm/agg \\
           --api-base http://127.0.0.1:8000/v1 --data math500.jsonl --limit 100
       scaffold eval rsa --model openai/gpt-4o-mini --data aime24.jsonl --dry-run     # calls, before paying
@@ -212,11 +212,12 @@ def _print(reports: Sequence[Any], as_json: bool) -> None:
 # -- settings ----------------------------------------------------------------------------------
 def sweep(topology: str, params: Mapping[str, str]) -> list[dict[str, str]]:
     """One parameter set per combination of comma-separated values (tuple parameters keep their commas)."""
-    from graphs import topology as lookup
     from scaffold._errors import GraphError
+    from scaffold.cli._plugins import topologies
 
+    catalogue = topologies()
     try:
-        defaults = lookup(topology).defaults
+        defaults = catalogue.topology(topology).defaults
     except GraphError as exc:
         raise click.UsageError(str(exc)) from None
     choices = []

@@ -24,9 +24,9 @@ def summary(name: str) -> str:
     """One line about topology ``name``: the first line of its function's docstring (else its module's)."""
     import sys
 
-    from graphs.registry import topology
+    from scaffold.cli._plugins import topologies
 
-    function = topology(name)
+    function = topologies().topology(name)
     doc = function.fn.__doc__ or sys.modules[function.fn.__module__].__doc__ or ""
     first = next((line.strip() for line in doc.strip().splitlines() if line.strip()), "")
     return _LITERAL.sub(r"`\1`", _ROLE.sub(r"\1", first))
@@ -34,22 +34,23 @@ def summary(name: str) -> str:
 
 def _build(name: str, params: dict[str, str], prompts: str) -> Any:
     """Topology ``name`` built with ``params``; an unknown name or parameter, or a bad value, is a usage error."""
-    from graphs.registry import build_topology
     from scaffold._errors import GraphError
+    from scaffold.cli._options import build
 
     try:
         # model_dir=None: the pocket prompts and the default pocket task, never a model build.
-        return build_topology(name, params, prompts=prompts, model_dir=None)
+        return build(name, params, prompts=prompts, model_dir=None)
     except GraphError as exc:
         raise click.UsageError(str(exc).splitlines()[0]) from None
 
 
 def _parameters(name: str) -> str:
-    from graphs.registry import describe_parameters
     from scaffold._errors import GraphError
+    from scaffold.cli._plugins import topologies
 
+    catalogue = topologies()
     try:
-        return describe_parameters(name)
+        return catalogue.describe_parameters(name)
     except GraphError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -66,7 +67,7 @@ def graph_group() -> None:
     Examples:
       scaffold graph list
       scaffold graph params rsa
-      scaffold graph show rsa -p population=8 -p steps=3
+      scaffold graph show rsa -p n=8 -p steps=3
       scaffold graph show best_of_n --format text
     """
 
@@ -81,12 +82,13 @@ def list_command(with_params: bool) -> None:
       scaffold graph list
       scaffold graph list --params
     """
-    from graphs.registry import TOPOLOGIES
+    from scaffold.cli._plugins import topologies
 
+    names = list(topologies().TOPOLOGIES)
     if not with_params:
-        click.echo(table(["TOPOLOGY", "DESCRIPTION"], [[name, summary(name)] for name in TOPOLOGIES]))
+        click.echo(table(["TOPOLOGY", "DESCRIPTION"], [[name, summary(name)] for name in names]))
         return
-    for position, name in enumerate(TOPOLOGIES):
+    for position, name in enumerate(names):
         if position:
             click.echo("")
         click.echo(f"{name}: {summary(name)}")
@@ -110,7 +112,7 @@ def params_command(topology: str) -> None:
 @graph_group.command("show")
 @click.argument("topology")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="A build parameter (repeatable), e.g. -p population=8 -p steps=3; "
+              help="A build parameter (repeatable), e.g. -p n=8 -p steps=3; "
                    "`scaffold graph params TOPOLOGY` lists them.")
 @click.option("--prompts", type=click.Choice(["pocket", "generic"]), default="generic", show_default=True,
               help="The topology's own prompts or the pocket model's (no model is built either way).")
@@ -128,7 +130,7 @@ def show_command(topology: str, params: tuple[str, ...], prompts: str, fmt: str)
 
     \b
     Examples:
-      scaffold graph show rsa -p population=8 -p steps=3
+      scaffold graph show rsa -p n=8 -p steps=3
       scaffold graph show rsa --format text
       scaffold graph show self_consistency -p n=16 --format json | jq '.nodes[].name'
       scaffold graph show best_of_n --prompts pocket > best_of_n.mmd

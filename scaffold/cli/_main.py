@@ -13,6 +13,10 @@
     scaffold [--store PATH_OR_URL] run TOPOLOGY --problem TEXT [-p KEY=VALUE ...] [--model [ALIAS=]SPEC ...] [--json]
     scaffold graph list [--params] | graph params TOPOLOGY | graph show TOPOLOGY [-p KEY=VALUE ...] [--format F]
 
+``train`` comes from the ``trainers`` package and the topologies that ``run``, ``eval`` and ``graph``
+name from ``graphs``: both are plugins, found through the ``scaffold.cli`` entry points
+(:mod:`scaffold.cli._plugins`), so this package imports neither.
+
 Also ``python -m scaffold``. Errors (an unknown run, a store that cannot be opened, a bad
 time) print one line and exit with a non-zero status; a store URL's password is never shown.
 """
@@ -28,10 +32,10 @@ from scaffold.cli._common import StoreHandle
 from scaffold.cli._compare import compare
 from scaffold.cli._evaluate import eval_command
 from scaffold.cli._graph import graph_group
+from scaffold.cli._plugins import registry
 from scaffold.cli._pocket import pocket
 from scaffold.cli._run import run_command
 from scaffold.cli._runs import runs
-from scaffold.cli._train import train
 
 
 class _Group(click.Group):
@@ -67,10 +71,10 @@ def main(ctx: click.Context, target: str | None) -> None:
       python -m scaffold runs list --json
       scaffold pocket build
       scaffold train --topology spiral --steps 30
-      scaffold eval rsa -p population=8 -p steps=1,3 --limit 100 --out out/rsa
+      scaffold eval rsa -p n=8 -p steps=1,3 --limit 100 --out out/rsa
       scaffold compare --list
       scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49
-      scaffold graph show rsa -p population=8 -p steps=3
+      scaffold graph show rsa -p n=8 -p steps=3
     """
     from scaffold.store._default import ENV_VAR, default_target
 
@@ -85,10 +89,11 @@ def main(ctx: click.Context, target: str | None) -> None:
 
 main.add_command(runs)
 main.add_command(pocket)
-main.add_command(train)
 main.add_command(eval_command)
 main.add_command(compare)
 main.add_command(run_command)
 main.add_command(graph_group)
+for _command in registry().commands.values():  # train, from the trainers plugin
+    main.add_command(_command)
 
 __all__ = ["main"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -18,7 +19,7 @@ def param_options(command: F) -> F:
                            help="The pocket model's prompts or the topology's own "
                                 "(default: pocket when every alias runs on a pocket model).")(command)
     return click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
-                        help="A build parameter of the topology (repeatable), e.g. -p population=8 -p steps=3; "
+                        help="A build parameter of the topology (repeatable), e.g. -p n=8 -p steps=3; "
                              "`scaffold graph list` shows them.")(command)
 
 
@@ -52,17 +53,28 @@ def split_params(values: Sequence[str]) -> dict[str, str]:
     return params
 
 
+def build(name: str, params: Mapping[str, str], *, warn: bool = True, **options: Any) -> Any:
+    """Topology ``name`` built by the installed catalogue; a renamed parameter (``-p population=8``) still
+    works, and its deprecation is one ``warning:`` line on stderr (``warn=False``: silently, for a dry build)."""
+    from scaffold.cli._plugins import topologies
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        graph = topologies().build_topology(name, params, **options)
+    for warning in caught:
+        if warn and issubclass(warning.category, DeprecationWarning):
+            click.echo(f"warning: {warning.message}", err=True)
+    return graph
+
+
 def topology_aliases(name: str, params: dict[str, str]) -> list[str]:
     """The model aliases topology ``name`` uses with ``params`` (built with generic prompts: no model needed)."""
-    from graphs import build_topology
-
-    return sorted(build_topology(name, params).aliases)
+    return sorted(build(name, params, warn=False).aliases)
 
 
 def prepare(name: str, params: dict[str, str], model_values: Sequence[str], *, api_base: str | None,
             prompts: str | None, temperature: float | None, max_tokens: int | None) -> tuple[Any, Bound]:
     """Build topology ``name`` and bind its models; every mistake is a one-line usage error before any call."""
-    from graphs import build_topology
     from scaffold._errors import GraphError
 
     try:
@@ -70,8 +82,7 @@ def prepare(name: str, params: dict[str, str], model_values: Sequence[str], *, a
         bound = bind_models(aliases, parse_model_options(model_values), api_base=api_base, temperature=temperature,
                             max_tokens=max_tokens)
         use_pocket = (prompts or ("pocket" if bound.pocket else "generic")) == "pocket"
-        graph = build_topology(name, params, prompts="pocket" if use_pocket else "generic",
-                               model_dir=bound.pocket_dir)
+        graph = build(name, params, prompts="pocket" if use_pocket else "generic", model_dir=bound.pocket_dir)
     except GraphError as exc:
         raise click.UsageError(str(exc)) from None
     return graph, bound

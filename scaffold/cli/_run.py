@@ -23,7 +23,7 @@ def redact_secrets(message: str) -> str:
 
     A provider's error may quote the key it was sent; the CLI never prints one.
     """
-    from scaffold.backends._litellm import environment_secrets, redact
+    from scaffold._secrets import environment_secrets, redact
 
     return redact(message, environment_secrets())
 
@@ -59,7 +59,7 @@ def run_command(handle: StoreHandle, topology: str, problem: str, reference: str
     \b
     Examples:
       scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49
-      scaffold run rsa -p population=8 -p steps=3 --problem "What is 17*23?" --model openai/gpt-4o-mini
+      scaffold run rsa -p n=8 -p steps=3 --problem "What is 17*23?" --model openai/gpt-4o-mini
       cat problem.txt | scaffold run best_of_n --model openai/gpt-4o-mini --model judge=openai/gpt-4o --problem -
       scaffold run single_sample --model hosted_vllm/qwen --api-base http://localhost:8000/v1 --problem "2+2"
       scaffold --store runs.db run self_consistency --problem "1+2+3" --seed 0 --json

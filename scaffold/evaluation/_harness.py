@@ -19,11 +19,12 @@ from typing import Any
 from scaffold._answers import Equivalence, equivalent
 from scaffold._errors import EvaluationError
 from scaffold._executor import bind_models
-from scaffold._graph import Graph, _then_release
+from scaffold._graph import Graph
+from scaffold._json import to_json
 from scaffold._result import RunResult
+from scaffold._sync import no_running_loop, run_released
 from scaffold._types import TraceKind
 from scaffold.evaluation._report import EVAL_SOURCE, AnswerChecker, EvalReport, load_report
-from scaffold.store import _codec as codec
 from scaffold.store._default import resolve_store
 from scaffold.store._store import Store
 
@@ -50,7 +51,7 @@ async def evaluate_async(
     recorded = settings if settings is not None else {"graph": graph.name, "params": graph.spec()["params"]}
     found = await asyncio.to_thread(target.save_evaluation, name, graph=graph.name, dataset=dataset,
                                     settings=recorded, problems=len(rows))
-    _same_evaluation(found, graph.name, dataset, codec.jsonable(dict(recorded)), len(rows))
+    _same_evaluation(found, graph.name, dataset, to_json(dict(recorded)), len(rows))
     run_ids = [f"{name}-{i}" for i in range(len(rows))]
     scored = {r["run_id"] for r in await asyncio.to_thread(target.rewards_of, run_ids, source=EVAL_SOURCE)
               if r["call_id"] is None}
@@ -89,8 +90,9 @@ def evaluate(graph: Graph, rows: Sequence[Mapping[str, Any]], models: Mapping[st
         >>> report.accuracy.value, report.finished, [o.correct for o in report.outcomes]
         (0.5, 2, [True, False])
     """
+    no_running_loop("evaluate", "await evaluate_async(...)")
     bound = bind_models(graph, models)
-    return asyncio.run(_then_release(evaluate_async(graph, rows, bound, **kwargs), bound))
+    return run_released(evaluate_async(graph, rows, bound, **kwargs), bound)
 
 
 def _check(name: str, rows: Sequence[Mapping[str, Any]], store: Store | str, inputs: Sequence[str]) -> Store:

@@ -124,11 +124,11 @@ def point_label(report: EvalReport) -> str:
         >>> from scaffold.evaluation import Estimate, EvalReport
         >>> e = Estimate(0.5, 0.4, 0.6)
         >>> report = EvalReport(name="rsa-small", graph="rsa", dataset=None,
-        ...                     settings={"params": {"population": "4", "prompt": "Solve the problem " * 3}},
+        ...                     settings={"params": {"n": "4", "prompt": "Solve the problem " * 3}},
         ...                     problems=1, outcomes=(), samples_node=None, accuracy=e, pass_at_k={}, majority_at_k={},
         ...                     tokens=e, cost=None, latency=None, calls=1.0, node_accuracy={}, gain=())
         >>> point_label(report)
-        'population=4'
+        'n=4'
     """
     params = report.settings.get("params") if isinstance(report.settings, Mapping) else None
     if not isinstance(params, Mapping):

@@ -1,7 +1,7 @@
 """The prompts the pocket model was trained on, and the one way training examples are rendered.
 
 A training example is rendered exactly as a scaffold run renders the call: the prompt with
-:class:`~scaffold._template.Template` (candidates with :func:`~scaffold._executor.format_candidates`),
+:class:`~scaffold._template.Template` (candidates with :func:`~scaffold._template.format_candidates`),
 as the only user message, through the tokenizer's chat template with a generation prompt (what
 :class:`~scaffold.backends.TransformersBackend` sends to the model), followed by the answer and
 ``<|im_end|>``. So ``sf.sample(SOLVE_PROMPT, ...)`` and ``sf.aggregate(..., prompt=AGGREGATE_PROMPT)``
@@ -13,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from scaffold._executor import format_candidates
-from scaffold._template import Template
+from scaffold._template import Template, format_candidates
 from scaffold._types import Trace, TraceKind
 
 SOLVE_PROMPT = "Add {problem}"
-"""The solving prompt (for ``sf.generate`` / ``sf.sample``); ``{problem}`` is e.g. ``482+915+307``."""
+"""The pocket model's solving prompt (for ``sf.generate`` / ``sf.sample``); ``{problem}`` is e.g. ``482+915+307``."""
 
 AGGREGATE_PROMPT = "Add {problem}\n\n{candidates}\n\nFix any mistakes:"
-"""The aggregation prompt (``sf.aggregate(..., prompt=AGGREGATE_PROMPT)``); ``{candidates}`` as
-:func:`~scaffold._executor.format_candidates` renders them."""
+"""The pocket model's aggregation prompt, the one it was trained on (``sf.aggregate(...,
+prompt=AGGREGATE_PROMPT)``); ``{candidates}`` as :func:`~scaffold._template.format_candidates` renders
+them. Model-specific, not a default: the generic default is :data:`scaffold.AGGREGATE_PROMPT`."""
 
 _SOLVE = Template(SOLVE_PROMPT)
 _AGGREGATE = Template(AGGREGATE_PROMPT)

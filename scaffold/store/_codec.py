@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sys
 from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scaffold._json import to_json
+from scaffold._secrets import SECRET_PARAMS
 from scaffold._types import Request, Status, Trace, TraceKind, Usage
-from scaffold.backends._model import SECRET_PARAMS
 
 _LITTLE = sys.byteorder == "little"
 
@@ -60,24 +60,9 @@ def unpack_floats(data: bytes | None) -> tuple[float, ...] | None:
     return tuple(values)
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` made JSON-safe: mappings and sequences kept, other objects as ``repr``, NaN as ``None``."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, Trace):
-        return value.id
-    return repr(value)
-
-
 def public_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """Sampling parameters without credentials (a last guard: ``Model`` already moves them to the backend)."""
-    return {k: jsonable(v) for k, v in params.items() if k.lower() not in SECRET_PARAMS}
+    return {k: to_json(v) for k, v in params.items() if k.lower() not in SECRET_PARAMS}
 
 
 def request_key(request: Request) -> str:
@@ -123,7 +108,7 @@ def call_values(trace: Trace, key: str | None, backend: str | None) -> tuple[Any
     if metadata and "finish_reason" in metadata:
         metadata = dict(metadata)
         finish_reason = metadata.pop("finish_reason")
-    meta_json = _encode(jsonable(metadata)) if metadata else "{}"
+    meta_json = _encode(to_json(metadata)) if metadata else "{}"
     usage = trace.usage
     return (
         trace.id, trace.run_id, trace.node, trace.index, trace.kind.value, trace.model,
@@ -172,4 +157,4 @@ def output_ids(output: Any) -> Any:
         return {str(k): output_ids(v) for k, v in output.items()}
     if isinstance(output, (list, tuple)):
         return [output_ids(v) for v in output]
-    return jsonable(output)
+    return to_json(output)

@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
+from scaffold._json import to_json
 from scaffold._types import Status, Trace, TraceKind
-from scaffold.store import _codec as codec
 from scaffold.store._query import RunInfo, run_info
 from scaffold.store._schema import CALLS, EDGES, EVALUATIONS, REWARDS, RUNS
 
@@ -36,7 +36,7 @@ def _info(row: Mapping[Any, Any]) -> EvaluationInfo:
 def save(conn: Connection, name: str, *, graph: str, dataset: str | None, settings: Mapping[str, Any],
          problems: int) -> None:
     conn.execute(insert(EVALUATIONS).values(name=name, graph=graph, dataset=dataset,
-                                            settings=codec.jsonable(dict(settings)), problems=problems,
+                                            settings=to_json(dict(settings)), problems=problems,
                                             created_at=time.time()))
 
 

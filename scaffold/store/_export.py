@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from sqlalchemy import Connection, and_, func, or_, select
 
 from scaffold._errors import StoreError
+from scaffold._json import to_json
 from scaffold.store import _codec as codec
 from scaffold.store._query import filter_runs
 from scaffold.store._schema import CALLS, EDGES, REQUESTS, REWARDS, RUNS
@@ -288,7 +289,7 @@ class _JsonlRows:
         try:
             line = json.dumps(row, ensure_ascii=False, allow_nan=False)
         except ValueError:  # an infinite logprob or cost: JSON has no such number
-            line = json.dumps(codec.jsonable(row), ensure_ascii=False)
+            line = json.dumps(to_json(row), ensure_ascii=False)
         self.file.write(line)
         self.file.write("\n")
         self.count += 1

@@ -13,9 +13,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from scaffold._describe import stable_value
 from scaffold._errors import StoreError
 from scaffold._events import Event, RunFinished, RunStarted, TraceFinished
+from scaffold._json import to_json
 from scaffold._types import TraceKind
 from scaffold.store import _codec as codec
 
@@ -54,10 +54,10 @@ class Recorder:
             self.writer.put(("dataset", {"name": self.dataset, "source": self.source, "created_at": time.time()}))
             if self.item is not None:
                 self.writer.put(("item", {"dataset": self.dataset, "position": self.item,
-                                          "data": codec.jsonable(event.inputs)}))
+                                          "data": to_json(event.inputs)}))
         self.writer.put(("run", {
-            "id": event.run_id, "graph": event.graph, "spec": codec.jsonable(event.spec),
-            "params": stable_value(event.params), "inputs": codec.jsonable(event.inputs), "models": self.models,
+            "id": event.run_id, "graph": event.graph, "spec": to_json(event.spec),
+            "params": to_json(event.params, stable=True), "inputs": to_json(event.inputs), "models": self.models,
             "seed": event.seed, "status": "running", "error": None, "started_at": time.time(), "finished_at": None,
             "output": None, "answer": None, "dataset": self.dataset, "item": self.item, "calls": 0,
             "prompt_tokens": 0, "completion_tokens": 0, "cost": None, "attempts": 1,

@@ -15,8 +15,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from scaffold._errors import ResumeError, StoreError
+from scaffold._json import to_json
 from scaffold._types import Trace, TraceKind
-from scaffold.store import _codec as codec
 from scaffold.store import _query as query
 from scaffold.store._migrations import upgrade
 from scaffold.store._recorder import Recorder
@@ -125,13 +125,13 @@ class Store:
         """Record a reward for a call (``call_id``, a trace id) or for the whole run (written in order with
         the run's calls; call :meth:`flush` to wait for it)."""
         self.writer.put(("reward", {"run_id": run_id, "call_id": call_id, "value": float(value), "source": source,
-                                    "created_at": time.time(), "metadata": codec.jsonable(metadata or {})}))
+                                    "created_at": time.time(), "metadata": to_json(metadata or {})}))
 
     def add_dataset(self, name: str, rows: Iterable[Mapping[str, Any]] = (), *, source: str | None = None) -> None:
         """Register a dataset and its rows (``Graph.map(dataset=...)`` registers the rows it runs)."""
         self.writer.put(("dataset", {"name": name, "source": source, "created_at": time.time()}))
         for position, row in enumerate(rows):
-            self.writer.put(("item", {"dataset": name, "position": position, "data": codec.jsonable(row)}))
+            self.writer.put(("item", {"dataset": name, "position": position, "data": to_json(row)}))
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything recorded so far is written."""
@@ -251,10 +251,10 @@ class Store:
             info = query.get_run(conn, run_id)
             if info is None:
                 return None
-            if info.graph != graph or codec.jsonable(spec) != _spec_of(conn, run_id):
+            if info.graph != graph or to_json(spec) != _spec_of(conn, run_id):
                 raise ResumeError(f"run {run_id!r} was recorded for graph {info.graph!r} with another structure; "
                                   f"it cannot be resumed as {graph!r}; use a new run id")
-            if codec.jsonable(inputs) != info.inputs:
+            if to_json(inputs) != info.inputs:
                 raise ResumeError(f"run {run_id!r} was recorded with other inputs; use a new run id")
             if seed is not None and seed != info.seed:
                 raise ResumeError(f"run {run_id!r} was recorded with seed {info.seed}, not {seed}")

@@ -11,9 +11,10 @@
 - :func:`build_tiny_model`: a tiny random Hugging Face chat model built locally (no download).
 """
 
+from scaffold.testing._faults import Fault
 from scaffold.testing._postgres import PostgresServer
 from scaffold.testing._scripted import ScriptedBackend
-from scaffold.testing._server import Fault, OpenAIServer, ServedRequest, ServerRequest
+from scaffold.testing._server import OpenAIServer, ServedRequest, ServerRequest
 from scaffold.testing._simulated import SimulatedBackend
 from scaffold.testing._tiny_model import build_tiny_model
 

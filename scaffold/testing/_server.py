@@ -9,8 +9,9 @@ It serves ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/mod
 ``GET /health``. Each choice's text comes from ``policy``; the server then applies ``stop`` and
 ``max_tokens`` and adds usage, logprobs (``logprobs``) and vLLM's token ids (``return_token_ids``).
 Failures come from :meth:`OpenAIServer.inject` (a FIFO of :class:`Fault`), from a ``faults`` rule,
-from ``allowed_rate`` (a token bucket answering 429 with ``Retry-After``), ``api_key`` (401) and
-``max_context`` (400 ``context_length_exceeded``).
+from ``allowed_rate`` (a token bucket answering 429 with ``Retry-After``) — all three kept by the
+server's :class:`~scaffold.testing._faults.FaultPlan` — from ``api_key`` (401) and ``max_context``
+(400 ``context_length_exceeded``).
 
 Where it departs from the real services:
 
@@ -40,12 +41,13 @@ import inspect
 import json
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
+from scaffold.testing._faults import Fault, FaultKind, FaultPlan
 from scaffold.testing._http import HTTPResponse, phrase, serve_connection
 from scaffold.testing._openai_wire import (
     Refusal,
@@ -74,52 +76,9 @@ __all__ = [
     "fake_tokenize",
 ]
 
-FaultKind = Literal["rate_limit", "server_error", "slow", "malformed", "drop"]
 Policy = Callable[[ServerRequest], Any] | str
 
 _ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """One injected failure; build it with the class methods.
-
-    Example:
-        >>> Fault.server_error(503).status, Fault.rate_limit(0.2).seconds
-        (503, 0.2)
-    """
-
-    kind: FaultKind
-    """What goes wrong."""
-    status: int = 200
-    """HTTP status sent (0 for ``drop``: nothing is sent)."""
-    seconds: float = 0.0
-    """``rate_limit``: the retry hint; ``slow``: extra delay before a normal answer."""
-
-    @classmethod
-    def rate_limit(cls, retry_after: float = 1.0) -> Fault:
-        """429 with ``Retry-After`` (whole seconds, rounded up) and ``retry-after-ms`` headers."""
-        return cls("rate_limit", 429, retry_after)
-
-    @classmethod
-    def server_error(cls, status: int = 500) -> Fault:
-        """An OpenAI-style error answer with this status (500, 502, 503...)."""
-        return cls("server_error", status)
-
-    @classmethod
-    def slow(cls, seconds: float) -> Fault:
-        """Wait ``seconds`` more, then answer normally."""
-        return cls("slow", 200, seconds)
-
-    @classmethod
-    def malformed(cls) -> Fault:
-        """200 with a JSON content type and a body that is not valid JSON."""
-        return cls("malformed", 200)
-
-    @classmethod
-    def drop(cls) -> Fault:
-        """Close the connection after reading the request, without answering."""
-        return cls("drop", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,16 +138,13 @@ class OpenAIServer:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        if allowed_rate is not None and allowed_rate <= 0:
-            raise ValueError(f"allowed_rate must be positive, got {allowed_rate}")
+        self.plan = FaultPlan(rule=faults, allowed_rate=allowed_rate, burst=burst)
+        """The queued faults, the ``faults`` rule and the ``allowed_rate`` bucket (:mod:`scaffold.testing._faults`)."""
         self.policy: Policy = _echo if policy is None else policy
         self.api_key = api_key
         self.model_name = model_name
-        self.allowed_rate = allowed_rate
-        self.burst = burst
         self.latency = latency
         self.max_context = max_context
-        self.faults = faults
         self.host = host
         self.port = port
         self._lock = threading.Lock()
@@ -197,10 +153,7 @@ class OpenAIServer:
         self._answered = 0
         self._connections_opened = 0
         self._choices_served: list[tuple[str, int]] = []
-        self._queued: deque[Fault] = deque()
         self._generation = 0
-        self._tokens = float(burst)
-        self._refilled_at = time.monotonic()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -293,17 +246,15 @@ class OpenAIServer:
 
     def inject(self, fault: Fault, times: int = 1) -> None:
         """Apply ``fault`` to the next ``times`` completion requests, after any fault already queued."""
-        with self._lock:
-            self._queued.extend([fault] * times)
+        self.plan.inject(fault, times)
 
     def reset(self) -> None:
         """Forget every request and counter, drop queued faults and refill the rate bucket."""
         with self._lock:
             self._records, self._choices_served = [], []
             self._status_counts, self._answered, self._connections_opened = Counter(), 0, 0
-            self._queued.clear()
             self._generation += 1
-            self._tokens, self._refilled_at = float(self.burst), time.monotonic()
+        self.plan.reset()
 
     @property
     def requests(self) -> list[ServedRequest]:
@@ -346,19 +297,6 @@ class OpenAIServer:
             if generation == self._generation:
                 self._records[number] = replace(self._records[number], **changes)
 
-    def _take_rate_token(self) -> float:
-        """Take a token from the bucket; returns 0, or the seconds until one is available."""
-        if self.allowed_rate is None:
-            return 0.0
-        with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._refilled_at) * self.allowed_rate)
-            self._refilled_at = now
-            if self._tokens >= 1 - 1e-9:
-                self._tokens -= 1
-                return 0.0
-            return (1 - self._tokens) / self.allowed_rate
-
     # -- handling ---------------------------------------------------------------------------------
 
     async def _respond(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> HTTPResponse | None:
@@ -397,7 +335,7 @@ class OpenAIServer:
             return json_response(200, {"object": "list", "data": [model]})
         request = parse_request(endpoint, body, self.model_name)
         self._update(generation, number, request=request)
-        fault = self._next_fault(request, number)
+        fault = self.plan.next_fault(request, number)
         if fault is not None:
             self._update(generation, number, fault=fault)
             if fault.kind == "drop":
@@ -406,7 +344,7 @@ class OpenAIServer:
                 await asyncio.sleep(fault.seconds)
             elif fault.kind != "malformed":
                 raise Refusal(_fault_response(fault))
-        wait = self._take_rate_token()
+        wait = self.plan.take_rate_token()
         if wait:
             raise Refusal(rate_limited_response(wait, "Rate limit reached: too many requests per second"))
         check_context(request, self.max_context)
@@ -423,12 +361,6 @@ class OpenAIServer:
                 self._choices_served.extend((answer["id"], choice["index"]) for choice in answer["choices"])
         self._update(generation, number, response_id=answer["id"])
         return json_response(200, answer)
-
-    def _next_fault(self, request: ServerRequest, number: int) -> Fault | None:
-        with self._lock:
-            if self._queued:
-                return self._queued.popleft()
-        return self.faults(request, number) if self.faults is not None else None
 
     async def _answer(self, request: ServerRequest) -> dict[str, Any]:
         texts = [await self._policy_text(replace(request, choice=index)) for index in range(request.n)]

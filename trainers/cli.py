@@ -1,12 +1,20 @@
-"""``scaffold train``: train a local model on its own graph executions (online) or on recorded runs (offline)."""
+"""``scaffold train``: train a local model on its own graph executions (online) or on recorded runs (offline).
+
+The command lives with the trainers and joins the ``scaffold`` command line as a plugin: the
+``scaffold.cli`` entry point ``trainers = "trainers.cli:register"`` calls :func:`register`
+(scaffold's own command line never imports ``trainers``).
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from scaffold.cli import Registry
 
 TOPOLOGIES = ("spiral", "spiral_rsa", "grpo", "agglm", "aggregator_only")
 
@@ -94,3 +102,8 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
         click.echo(json.dumps({"step": last.step, "reward_mean": last.reward_mean, "accuracy": last.accuracy,
                                "loss": round(last.loss, 5)}))
     click.echo(f"trained model: {exported}  (log: {out / 'log.jsonl'})")
+
+
+def register(registry: Registry) -> None:
+    """The ``scaffold.cli`` entry point: add ``scaffold train``."""
+    registry.add_command(train)

@@ -1,0 +1,52 @@
+"""Any value as JSON data: the one normaliser behind graph specs, stored rows and checkpoints.
+
+It depends only on the value types (:class:`~scaffold._types.Trace`, :class:`~scaffold._template.Template`),
+never on the DSL, the executor or the store, so each of them can use it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from scaffold._template import Template
+from scaffold._types import Trace
+
+
+def to_json(value: Any, *, stable: bool = False) -> Any:
+    """``value`` as JSON data: dicts with string keys, lists, strings, numbers, booleans and ``None``.
+
+    Mappings, lists, tuples and sets are converted element by element; a trace becomes its id, a
+    template its text, a float JSON cannot hold (NaN, infinities) ``None``, any other object its ``repr``.
+
+    ``stable=True`` gives the same data in every process, for build parameters that are recorded
+    and compared across runs: functions are named by module and qualified name (their ``repr``
+    holds a memory address) and sets are sorted (their order depends on string hashing).
+
+    Example:
+        >>> import math
+        >>> to_json((1, "a", math.sqrt), stable=True), to_json({"k": None, 2: float("nan")})
+        ([1, 'a', 'math.sqrt'], {'k': None, '2': None})
+        >>> to_json({"b", "a"}, stable=True)
+        ['a', 'b']
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v, stable=stable) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v, stable=stable) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [to_json(v, stable=stable) for v in value]
+        return sorted(items, key=repr) if stable else items
+    if isinstance(value, Trace):
+        return value.id
+    if isinstance(value, Template):
+        return value.text
+    name = getattr(value, "__qualname__", None)
+    if stable and callable(value) and isinstance(name, str):
+        return f"{getattr(value, '__module__', None) or '?'}.{name}"
+    return repr(value)
