@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 
+import graphs
 import scaffold as sf
 from scaffold._types import Message, Request, Trace
 from scaffold.testing import SimulatedBackend
@@ -36,16 +37,8 @@ from scaffold.testing import SimulatedBackend
 MEDIAN, SIGMA = 0.05, 0.5
 TARGET_RATIO, TARGET_CPU_US = 1.05, 60.0
 
-
-@sf.graph
-def rsa(problem, *, population: int = 16, subset_size: int = 4, steps: int = 10):
-    pop = sf.sample("Solve: {problem}", model="solver", n=population)
-    for _ in range(steps):
-        pop = sf.aggregate(pop, model="solver", k=subset_size, n=population)
-    return sf.vote(pop)
-
-
-GRAPH = rsa.build()
+GRAPH = graphs.rsa.build(n=16, k=4, steps=10)
+"""The paper's RSA (``step0`` samples, ``step1`` … ``step10`` aggregations, ``vote``)."""
 
 
 def critical_path(traces: list[Trace]) -> float:

@@ -43,6 +43,7 @@ from typing import Any
 
 import psutil
 
+import graphs
 import scaffold as sf
 from scaffold.testing import PostgresServer, ScriptedBackend
 
@@ -50,16 +51,7 @@ TARGET_US = 150.0
 FLAT_MB = 30.0
 WARMUP_CALLS = 20_000
 
-
-@sf.graph
-def rsa(problem, *, n: int = 16, k: int = 4, steps: int = 10):
-    pop = sf.sample("Solve: {problem}", model="solver", n=n)
-    for _ in range(steps):
-        pop = sf.aggregate(pop, model="solver", k=k, n=n)
-    return sf.vote(pop)
-
-
-GRAPH = rsa.build()
+GRAPH = graphs.rsa.build(n=16, k=4, steps=10)
 CALLS = sum(GRAPH.count_calls().values())
 
 

@@ -66,7 +66,7 @@ LR = 1e-5
 
 def build_batch(policy: Policy, rows: list[dict[str, str]], max_tokens: int, seed: int) -> list[Credited]:
     """Sample the ``grpo_group`` graph over ``rows`` with the policy's weights, then reward and credit each run."""
-    graph = graphs.grpo_group.build(samples=SAMPLES, prompt=SOLVE_PROMPT)
+    graph = graphs.grpo_group.build(n=SAMPLES, prompt=SOLVE_PROMPT)
     model = sf.Model(policy.backend(max_new_tokens=max_tokens), params={"temperature": 1.0, "max_tokens": max_tokens})
     results = graph.map_sync([{"problem": r["problem"]} for r in rows], models={"solver": model}, store=None,
                              seed=seed, concurrency=len(rows))

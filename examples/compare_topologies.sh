@@ -27,6 +27,6 @@ eval_one() {  # NAME TOPOLOGY [-p ...]
 eval_one single single_sample
 eval_one sc self_consistency -p n=4,16
 eval_one bon best_of_n -p n=16
-eval_one agglm agglm -p candidates=4
-eval_one rsa rsa -p population=8 -p subset_size=4 -p steps=1,3
+eval_one agglm agglm -p n=4
+eval_one rsa rsa -p n=8 -p k=4 -p steps=1,3
 $SCAFFOLD --store "$STORE" compare cmp- --format markdown --out "$OUT"

@@ -30,11 +30,11 @@ def majority(problem, *, n: int = 8):
 
 
 @sf.graph
-def rsa(problem, *, population: int = 8, subset: int = 4, steps: int = 3):
-    """Recursive Self-Aggregation: each step aggregates random subsets of the previous population."""
-    pop = sf.sample(SOLVE, model="solver", n=population)
+def rsa(problem, *, n: int = 8, k: int = 4, steps: int = 3):
+    """Recursive Self-Aggregation: each step aggregates random k-subsets of the previous population of n."""
+    pop = sf.sample(SOLVE, model="solver", n=n)
     for _ in range(steps):
-        pop = sf.aggregate(pop, model="solver", k=subset, n=population)
+        pop = sf.aggregate(pop, model="solver", k=k, n=n)
     return sf.vote(pop)
 
 
@@ -92,8 +92,8 @@ def main() -> None:
     graphs = {
         "single sample": majority.build(n=1),
         f"majority@{args.population}": majority.build(n=args.population),
-        f"RSA N={args.population} K={args.subset} T={args.steps}": rsa.build(
-            population=args.population, subset=args.subset, steps=args.steps),
+        f"RSA N={args.population} K={args.subset} T={args.steps}": rsa.build(n=args.population, k=args.subset,
+                                                                              steps=args.steps),
     }
     print(graphs[list(graphs)[-1]].describe(), "\n")
     print(f"{'topology':<24} {'accuracy':>8} {'calls':>7} {'wall s':>7}")

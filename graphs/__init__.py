@@ -3,14 +3,16 @@
 Every topology is a graph function: ``topology.build(**params)`` gives a :class:`scaffold.Graph`,
 ``topology.run_sync({"problem": ...}, models={...})`` runs it with the paper's defaults. Model
 aliases (``model="solver"``, ``judge="judge"``, ...) and prompts are build parameters, so one
-topology runs on any backend and with the prompts a model was trained on::
+topology runs on any backend and with the prompts a model was trained on. Sizes have one name
+everywhere, as in ``sf.sample(n=...)`` and ``sf.aggregate(k=..., n=...)``: ``n`` is the number of
+first samples (a paper's N), ``k`` the size of the set one aggregation reads (K), ``steps`` the
+number of aggregation steps (T); each topology's docstring gives its paper's letters::
 
     import graphs
     from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_model
     import scaffold as sf
 
-    g = graphs.rsa.build(population=8, subset_size=4, steps=3, prompt=SOLVE_PROMPT,
-                         aggregate_prompt=AGGREGATE_PROMPT)
+    g = graphs.rsa.build(n=8, k=4, steps=3, prompt=SOLVE_PROMPT, aggregate_prompt=AGGREGATE_PROMPT)
     result = g.run_sync({"problem": "482+915+307"}, models={"solver": sf.TransformersBackend(pocket_model())})
 """
 

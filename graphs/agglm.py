@@ -2,16 +2,16 @@
 training for solution aggregation") and SSA (Qi et al. 2025, "Learning to Reason Across Parallel Samples for
 LLM Reasoning").
 
-AggLM: ``candidates`` (m) solutions are sampled, then one aggregator call reads all of them and
+AggLM: ``n`` (the paper's m) solutions are sampled, then one aggregator call reads all of them and
 writes a new solution — reviewing, correcting, filling gaps and combining, which can recover a
 correct minority answer that a majority vote would lose. The paper trains the aggregator with RL
 on sets of m=8 solutions; that is the default. :data:`~graphs.prompts.AGGREGATE_PROMPT` is the
 instruction in our own words.
 
-SSA: ``samples`` solutions are concatenated and a (small, trained) aggregator reads them and gives
+SSA: ``n`` (N) solutions are concatenated and a (small, trained) aggregator reads them and gives
 a short final answer only (:data:`~graphs.prompts.SUMMARY_PROMPT`), instead of a new solution.
 Departure: the number of samples the SSA model was trained on varies in the paper; the default
-here is 8 — set ``samples`` to what your aggregator knows.
+here is 8 — set ``n`` to what your aggregator knows.
 
 :func:`aggregate_given` runs the same aggregation over candidates collected elsewhere (another
 model, an earlier run), passed per run as the graph input ``given``; with
@@ -30,20 +30,20 @@ from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT, SUMMARY_PROMPT
 def agglm(
     problem: str,
     *,
-    candidates: int = 8,
+    n: int = 8,
     model: str = "solver",
     aggregator: str = "aggregator",
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
 ) -> Any:
-    """``candidates`` samples (node ``candidates``), then one aggregator call reading them all (``aggregate``).
+    """``n`` samples (node ``candidates``), then one aggregator call reading them all (``aggregate``).
 
     Example:
         >>> from graphs import agglm
         >>> agglm.build().count_calls()
         {'solver': 8, 'aggregator': 1}
     """
-    cands = sf.sample(prompt, model=model, n=candidates, name="candidates")
+    cands = sf.sample(prompt, model=model, n=n, name="candidates")
     return sf.aggregate(cands, model=aggregator, prompt=aggregate_prompt, name="aggregate")
 
 
@@ -51,20 +51,20 @@ def agglm(
 def ssa(
     problem: str,
     *,
-    samples: int = 8,
+    n: int = 8,
     model: str = "solver",
     aggregator: str = "aggregator",
     prompt: str = SOLVE_PROMPT,
     summary_prompt: str = SUMMARY_PROMPT,
 ) -> Any:
-    """``samples`` samples (node ``samples``), then a short final answer from the aggregator (``answer``).
+    """``n`` samples (node ``samples``), then a short final answer from the aggregator (``answer``).
 
     Example:
         >>> from graphs import ssa
-        >>> ssa.build(samples=5).count_calls()
+        >>> ssa.build(n=5).count_calls()
         {'solver': 5, 'aggregator': 1}
     """
-    drafts = sf.sample(prompt, model=model, n=samples, name="samples")
+    drafts = sf.sample(prompt, model=model, n=n, name="samples")
     return sf.aggregate(drafts, model=aggregator, prompt=summary_prompt, name="answer")
 
 

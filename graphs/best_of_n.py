@@ -1,12 +1,13 @@
 """Best-of-N and weighted majority with a verifier or a judge (Cobbe et al. 2021, "Training Verifiers to
 Solve Math Word Problems"; Lightman et al. 2023, "Let's Verify Step by Step").
 
-``n`` solutions are sampled (node ``samples``) and each gets a score: from a ``verifier`` function
-(an outcome or process reward, a unit test, :meth:`scaffold.pocket.PocketTask.check_steps`) or,
-without one, from a ``judge`` model that reads each sample on its own and ends with
-``Score: <0-10>`` (node ``judgements``, one call per sample). :func:`best_of_n` keeps the sample
-scored highest; :func:`weighted_majority` sums the scores of the samples behind each answer
-(answers clustered by mathematical equivalence) and keeps the heaviest answer.
+``n`` (the N of best-of-N) solutions are sampled (node ``samples``) and each gets a score: from a
+``verifier`` function (an outcome or process reward, a unit test,
+:meth:`scaffold.pocket.PocketTask.check_steps`) or, without one, from a ``judge`` model that reads
+each sample on its own and ends with ``Score: <0-10>`` (node ``judgements``, one call per sample).
+:func:`best_of_n` keeps the sample scored highest; :func:`weighted_majority` sums the scores of the
+samples behind each answer (answers clustered by mathematical equivalence) and keeps the heaviest
+answer.
 
 Departures: the papers score with a trained verifier / process reward model; a prompted judge
 (LLM-as-a-judge) stands in for it by default. A score that cannot be read counts as the lowest

@@ -11,11 +11,18 @@ defaults are six proposer aliases (``proposer1`` … ``proposer6``), ``layers=3`
 layers, then the aggregator) and ``aggregator="aggregator"``. Nodes are ``layer{l}_{alias}``
 (one trace each) and ``final``.
 
-Self-MoA replaces the mix of models by one strong model sampled several times (six samples, in
-the paper's AlpacaEval setting), then aggregated once — :func:`self_moa`. Departures: the paper's
-sequential variant, Self-MoA-Seq (a sliding window: the aggregator reads a few samples at a time
-together with its own previous synthesis, for when all samples do not fit in its context), is
-not implemented here; ``sf.aggregate`` over consecutive ``sf.sample`` nodes builds it.
+Self-MoA replaces the mix of models by one strong model sampled ``n`` times (N; six samples, in
+the paper's AlpacaEval setting), then aggregated once — :func:`self_moa`.
+
+Parameter names: ``proposers`` is *not* a count and so is not called ``n``: it is the tuple of
+model aliases of one layer (the paper's n proposers are ``len(proposers)`` of them), because MoA
+mixes different models; ``layers`` is the paper's l. Self-MoA has one model, so its sample
+count is ``n``, as everywhere else.
+
+Departures: the paper's sequential variant, Self-MoA-Seq (a sliding window: the aggregator reads
+a few samples at a time together with its own previous synthesis, for when all samples do not
+fit in its context), is not implemented here; ``sf.aggregate`` over consecutive ``sf.sample``
+nodes builds it.
 """
 
 from __future__ import annotations
@@ -74,12 +81,12 @@ def self_moa(
     problem: str,
     *,
     model: str = "solver",
-    samples: int = 6,
+    n: int = 6,
     aggregator: str | None = None,
     prompt: str = SOLVE_PROMPT,
     moa_prompt: str = MOA_PROMPT,
 ) -> Any:
-    """``samples`` responses of one model (node ``samples``), aggregated in one call (node ``final``).
+    """``n`` responses of one model (node ``samples``), aggregated in one call (node ``final``).
 
     The aggregator is the same model unless ``aggregator`` names another alias.
 
@@ -88,5 +95,5 @@ def self_moa(
         >>> self_moa.build().count_calls()
         {'solver': 7}
     """
-    responses = sf.sample(prompt, model=model, n=samples, name="samples")
+    responses = sf.sample(prompt, model=model, n=n, name="samples")
     return sf.aggregate(responses, model=aggregator or model, prompt=moa_prompt, name="final")

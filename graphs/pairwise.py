@@ -1,11 +1,15 @@
 """Pairwise ranking with a judge, in the style of OpenDeepThink: a population refined by its Bradley–Terry elites.
 
-Generation 0 samples ``population`` candidates (node ``population0``). Each generation a judge
+Parameters, lettered as in RSA (Venkatraman et al. 2025): ``n`` (N) is the population size,
+``generations`` (T) the number of judged generations, ``elites`` the number of members kept each
+generation — a top-``elites`` by score, not a random subset, so it is not called ``k``.
+
+Generation 0 samples N candidates (node ``population0``). Each generation a judge
 compares pairs of members — every member meets about ``comparisons_per_member`` others, in
 random order inside the pair (node ``compare{g}``) — the comparisons are fitted with a
 Bradley–Terry model (Bradley & Terry 1952, "Rank Analysis of Incomplete Block Designs"; fitted
 with Hunter's 2004 MM algorithm, :func:`bradley_terry`) and the ``elites`` strongest members are
-kept (best first). Unless it is the last generation, ``population - elites`` refinement calls
+kept (best first). Unless it is the last generation, ``n - elites`` refinement calls
 each read all the elites, best first, and write a new candidate (node ``refine{g}``); elites
 and children are the next population (:func:`population_by_generation` reads them back). The
 output (node ``best``) is the member of the last population with the highest Bradley–Terry
@@ -132,7 +136,7 @@ def pairwise_scores(members: Sequence[sf.Trace], comparisons: Sequence[sf.Trace]
 def pairwise_ranking(
     problem: str,
     *,
-    population: int = 8,
+    n: int = 8,
     generations: int = 3,
     elites: int = 4,
     comparisons_per_member: int = 4,
@@ -152,9 +156,9 @@ def pairwise_ranking(
     """
     if generations < 1:
         raise sf.GraphDefinitionError(f"pairwise_ranking needs at least 1 generation, got {generations}")
-    if not 1 <= elites <= population or (generations > 1 and elites == population):
+    if not 1 <= elites <= n or (generations > 1 and elites == n):
         raise sf.SubsetSizeError(f"pairwise_ranking: elites must be at least 1 and below the population "
-                                 f"({population}), got {elites}")
+                                 f"(n={n}), got {elites}")
 
     def ranked(members: list[sf.Trace], comparisons: list[sf.Trace]) -> list[sf.Trace]:
         scores = pairwise_scores(members, comparisons, verdict)
@@ -166,12 +170,12 @@ def pairwise_ranking(
         return sf.RuleOutput(chosen.text, chosen.answer, {"scores": scores, "members": [m.id for m in members],
                                                          "winner": chosen.id})
 
-    pop = sf.sample(prompt, model=model, n=population, name="population0")
+    pop = sf.sample(prompt, model=model, n=n, name="population0")
     pairs = sf.Pairs(per_member=comparisons_per_member)
     comparisons = sf.aggregate(pop, model=judge, select=pairs, prompt=compare_prompt, name="compare0")
     for g in range(1, generations):
         kept = sf.select(pop, elites, choose=ranked, using=comparisons, name=f"elites{g - 1}")
-        children = sf.aggregate(kept, model=model, prompt=refine_prompt, n=population - elites,
+        children = sf.aggregate(kept, model=model, prompt=refine_prompt, n=n - elites,
                                 name=f"refine{g - 1}")
         pop = sf.concat(kept, children, name=f"population{g}")
         comparisons = sf.aggregate(pop, model=judge, select=pairs, prompt=compare_prompt, name=f"compare{g}")
@@ -184,7 +188,7 @@ def population_by_generation(result: sf.RunResult) -> list[list[sf.Trace]]:
     Example:
         >>> from scaffold.testing import ScriptedBackend
         >>> judge = ScriptedBackend(lambda r: "Winner: 1")
-        >>> run = pairwise_ranking.build(population=4, elites=2, generations=2).run_sync(
+        >>> run = pairwise_ranking.build(n=4, elites=2, generations=2).run_sync(
         ...     {"problem": "1+1"}, models={"solver": ScriptedBackend(lambda r: "\\boxed{2}"), "judge": judge},
         ...     store=None)
         >>> [len(p) for p in population_by_generation(run)]

@@ -4,9 +4,13 @@ Every topology takes its prompts as build parameters, so a model trained on othe
 pocket model's :data:`~scaffold.pocket.SOLVE_PROMPT`, say) gets exactly what it knows. Templates
 use ``{problem}``; aggregation prompts also get ``{candidates}`` (the numbered candidate texts)
 and ``{k}`` (how many). Other braces are literal (``\\boxed{}``); ``{{name}}`` is a literal ``{name}``.
+The generic aggregation prompt is not defined here: :data:`AGGREGATE_PROMPT` is the text of
+:data:`scaffold.AGGREGATE_PROMPT`, so that ``sf.aggregate`` and the topologies share one default.
 """
 
 from __future__ import annotations
+
+import scaffold as sf
 
 SOLVE_PROMPT = (
     "Solve the following problem step by step. Put the final answer in \\boxed{}.\n\n"
@@ -14,15 +18,9 @@ SOLVE_PROMPT = (
 )
 """One chain of thought for a problem."""
 
-AGGREGATE_PROMPT = (
-    "Problem:\n{problem}\n\n"
-    "Below are {k} candidate solutions to the problem. Some of them may be wrong.\n\n"
-    "{candidates}\n\n"
-    "Review the candidates carefully: check each step, correct the mistakes you find, fill in anything that "
-    "is missing, and combine the useful ideas into one complete and correct solution. Do not copy a candidate "
-    "without checking it. End with the final answer in \\boxed{}."
-)
-"""Recursive Self-Aggregation and AggLM: candidates in, one better solution out."""
+AGGREGATE_PROMPT: str = sf.AGGREGATE_PROMPT.text
+"""Recursive Self-Aggregation and AggLM: candidates in, one better solution out. The text of
+:data:`scaffold.AGGREGATE_PROMPT` (``sf.aggregate``'s default), which is its one home."""
 
 SUMMARY_PROMPT = (
     "Problem:\n{problem}\n\n"

@@ -1,17 +1,20 @@
 """Topologies by name, with build parameters from text: what ``scaffold run``, ``eval`` and ``graph show`` use.
 
-``build_topology("rsa", {"population": "8", "steps": "3"})`` builds :data:`TOPOLOGIES` ``["rsa"]``
+``build_topology("rsa", {"n": "8", "steps": "3"})`` builds :data:`TOPOLOGIES` ``["rsa"]``
 with its parameters parsed from strings (``8`` is an int, ``0.5`` a float, ``true`` a bool,
 ``a,b`` a tuple for tuple parameters such as MoA's proposers; anything else stays a string).
 With ``prompts="pocket"`` every prompt parameter is set to the pocket model's two prompts (its
 solve prompt for first samples, its aggregation prompt for every prompt that reads candidates),
 best-of-N and weighted majority score with the pocket task's step verifier instead of a judge
 model, and pairwise ranking judges by agreement (the pocket model can aggregate but not judge).
+Parameters renamed to ``n`` / ``k`` (:data:`RENAMED`) are still accepted under their old names,
+with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,17 @@ TOPOLOGIES: dict[str, sf.GraphFunction] = {
     "pairwise_ranking": pairwise_ranking,
 }
 """The topologies a command line can name (the ones that take only a ``problem`` input)."""
+
+RENAMED: dict[str, dict[str, str]] = {
+    "rsa": {"population": "n", "subset_size": "k"},
+    "evolve": {"population": "n", "parents": "k"},
+    "pairwise_ranking": {"population": "n"},
+    "self_moa": {"samples": "n"},
+    "agglm": {"candidates": "n"},
+    "ssa": {"samples": "n"},
+    "aggregation_tree": {"leaves": "n", "branching": "k"},
+}
+"""Old build-parameter names :func:`build_topology` still takes, by topology: ``{old: new}``."""
 
 _READS_CANDIDATES = ("aggregate_prompt", "evolve_prompt", "moa_prompt", "summary_prompt", "compare_prompt",
                      "refine_prompt")
@@ -158,17 +172,19 @@ def build_topology(name: str, params: Mapping[str, str | Any] | None = None, *, 
     """Build topology ``name`` with ``params`` (strings are parsed by :func:`parse_value`).
 
     ``prompts="pocket"`` starts from :func:`pocket_defaults` (``model_dir`` names the pocket
-    model, whose task the step verifier checks); explicit ``params`` win over those defaults.
+    model, whose task the step verifier checks); explicit ``params`` win over those defaults. An old
+    parameter name (:data:`RENAMED`) works with a ``DeprecationWarning``; giving it with its new name
+    is an error.
 
     Example:
-        >>> build_topology("rsa", {"population": "4", "subset_size": "2", "steps": "1"}).count_calls()
+        >>> build_topology("rsa", {"n": "4", "k": "2", "steps": "1"}).count_calls()
         {'solver': 8}
     """
     function = topology(name)
     if prompts not in ("generic", "pocket"):
         raise ValueError(f"prompts must be 'generic' or 'pocket', got {prompts!r}")
     values: dict[str, Any] = pocket_defaults(name, model_dir) if prompts == "pocket" else {}
-    for key, raw in (params or {}).items():
+    for key, raw in _renamed(name, params or {}).items():
         if key not in function.defaults:
             raise GraphDefinitionError(f"topology {name!r} has no parameter {key!r}; its parameters are: "
                                        f"{', '.join(function.defaults)}")
@@ -179,6 +195,23 @@ def build_topology(name: str, params: Mapping[str, str | Any] | None = None, *, 
         if type(default) is int and not isinstance(values[key], int):
             raise GraphDefinitionError(f"parameter {key!r} of {name!r} takes a whole number, got {raw!r}")
     return function.build(**values)
+
+
+def _renamed(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with old parameter names of topology ``name`` replaced by the new ones (warning for each)."""
+    renamed = RENAMED.get(name, {})
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        new = renamed.get(key)
+        if new is None:
+            out[key] = value
+            continue
+        if new in params:
+            raise GraphDefinitionError(f"parameter {key!r} of {name!r} is the old name of {new!r}, which is given too; "
+                                       f"give only {new!r}")
+        warnings.warn(f"parameter {key!r} of {name!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=3)
+        out[new] = value
+    return out
 
 
 def describe_parameters(name: str) -> str:
@@ -199,5 +232,5 @@ def _short(value: Any) -> str:
     return repr(value)
 
 
-__all__ = ["StepVerifier", "TOPOLOGIES", "build_topology", "describe_parameters", "parse_value", "pocket_defaults",
-           "topology"]
+__all__ = ["RENAMED", "StepVerifier", "TOPOLOGIES", "build_topology", "describe_parameters", "parse_value",
+           "pocket_defaults", "topology"]

@@ -1,10 +1,11 @@
 """Recursive Self-Aggregation (Venkatraman et al. 2025, "Recursive Self-Aggregation Unlocks Deep Thinking
 in Large Language Models").
 
-A population of ``population`` (N) solutions is sampled; at each of ``steps`` (T) steps, N
-aggregation calls each read a subset of ``subset_size`` (K) *distinct* members of the previous
+Parameters, with the paper's letters: ``n`` (N) is the population size, ``k`` (K) the subset size,
+``steps`` (T) the number of aggregation steps. A population of N solutions is sampled; at each of
+T steps, N aggregation calls each read a subset of K *distinct* members of the previous
 population, drawn uniformly at random, and write one new solution; the N outputs are the next
-population. ``subset_size=1`` is self-refinement. Paper defaults: N=16, K=4, T=10. The paper
+population. ``k=1`` is self-refinement. Paper defaults: N=16, K=4, T=10. The paper
 reports the final population's accuracy (mean over members, or a majority vote over it); here
 ``final_vote=True`` (the default) ends with an equivalence-clustered vote, ``False`` returns the
 last population itself. Every step is a named node — ``step0`` (the samples) … ``step{T}`` — so
@@ -26,8 +27,8 @@ from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
 def rsa(
     problem: str,
     *,
-    population: int = 16,
-    subset_size: int = 4,
+    n: int = 16,
+    k: int = 4,
     steps: int = 10,
     final_vote: bool = True,
     model: str = "solver",
@@ -46,11 +47,11 @@ def rsa(
         >>> rsa.build().count_calls()  # the paper's N=16, K=4, T=10
         {'solver': 176}
     """
-    pop = sf.sample(prompt, model=model, n=population, name="step0", logprobs=logprobs)
+    pop = sf.sample(prompt, model=model, n=n, name="step0", logprobs=logprobs)
     params = None if aggregate_temperature is None else {"temperature": float(aggregate_temperature)}
     for step in range(1, steps + 1):
-        pop = sf.aggregate(pop, model=model, k=subset_size, n=population, prompt=aggregate_prompt,
-                           name=f"step{step}", logprobs=logprobs, params=params)
+        pop = sf.aggregate(pop, model=model, k=k, n=n, prompt=aggregate_prompt, name=f"step{step}",
+                           logprobs=logprobs, params=params)
     return sf.vote(pop, name="vote") if final_vote else pop
 
 
@@ -62,7 +63,7 @@ def population_by_step(result: sf.RunResult, prefix: str = "step") -> list[list[
     Example:
         >>> from scaffold.testing import ScriptedBackend
         >>> from graphs import rsa
-        >>> run = rsa.build(population=4, subset_size=2, steps=2).run_sync(
+        >>> run = rsa.build(n=4, k=2, steps=2).run_sync(
         ...     {"problem": "1+1"}, models={"solver": ScriptedBackend(lambda r: "\\\\boxed{2}")}, store=None)
         >>> [len(p) for p in population_by_step(run)]
         [4, 4, 4]

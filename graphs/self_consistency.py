@@ -1,6 +1,6 @@
 """Self-consistency (Wang et al. 2022, "Self-Consistency Improves Chain of Thought Reasoning in Language Models").
 
-Sample ``n`` chains of thought at temperature > 0 and return the most common final answer.
+Sample ``n`` (the paper's m) chains of thought at temperature > 0 and return the most common final answer.
 Answers are clustered by mathematical equivalence (``1/2``, ``0.5`` and ``\\frac{1}{2}`` are one
 answer, via math-verify) rather than by exact string match, which is what the paper's
 "marginalising out the reasoning paths" amounts to for math answers. The paper samples 40 paths;

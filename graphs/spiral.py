@@ -1,20 +1,25 @@
 """Training topologies: GRPO's sample groups, SPIRAL's search-then-aggregate rollouts, the AggLM data recipe.
 
-**GRPO** (Shao et al. 2024): ``samples`` solutions of the problem (node ``samples``), each credited by
-its own reward against the group's mean; the output is their vote (for evaluation).
+Parameter names are scaffold's, not each paper's: ``n`` is always the number of first samples
+and ``k`` the size of a set an aggregation reads (``sf.aggregate(k=...)``); each paper's letter
+is given next to them below.
 
-**SPIRAL** (set-RL): for a problem, ``search`` (N1) candidates are sampled (node ``search``);
-``sets`` (K) *distinct* subsets of ``set_size`` (n) candidates are drawn uniformly without
-replacement; each set is aggregated ``aggregations`` (N2) times (node ``aggregate``). The paper
-uses 24 rollouts per problem on two levels; the defaults (8 search samples, 4 sets of 4, 4
-aggregations per set: 8 + 16 = 24) follow that. The trainer
+**GRPO** (Shao et al. 2024): ``n`` (the paper's G, the group size) solutions of the problem (node
+``samples``), each credited by its own reward against the group's mean; the output is their vote
+(for evaluation).
+
+**SPIRAL** (set-RL): for a problem, ``n`` (the paper's N1) candidates are sampled (node ``search``);
+``sets`` (the paper's K) *distinct* subsets of ``k`` (the paper's n — beware, the letters swap)
+candidates are drawn uniformly without replacement; each set is aggregated ``aggregations`` (N2)
+times (node ``aggregate``). The paper uses 24 rollouts per problem on two levels; the defaults (8
+search samples, 4 sets of 4, 4 aggregations per set: 8 + 16 = 24) follow that. The trainer
 (:func:`trainers.credit.assign_credit` with ``scheme="spiral"``) credits each search trace by the
-mean advantage of the sets it joined and each aggregation by its reward against its set's group.
-The output is an equivalence-clustered vote over the aggregations (for evaluation; it is not
-trained). Every model call asks for logprobs, which the update's importance weights need.
+mean advantage of the sets it joined and each aggregation by its reward against its set's group. The
+output is an equivalence-clustered vote over the aggregations (for evaluation; it is not trained).
+Every model call asks for logprobs, which the update's importance weights need.
 
-**AggLM data** (Zhao et al. 2025): many samples per problem (node ``samples``), split into
-consecutive sets of ``set_size`` (m), each aggregated ``aggregations`` times (node
+**AggLM data** (Zhao et al. 2025): ``n`` samples per problem (node ``samples``), split into
+consecutive sets of ``k`` (the paper's m), each aggregated ``aggregations`` times (node
 ``aggregate``). Which sets are trained on — every *hard* set (its majority answer is wrong) and
 a share of the easy ones — is decided after rewards are known (:func:`trainers.credit.agglm_select`).
 
@@ -32,31 +37,31 @@ from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
 
 
 @sf.graph(name="grpo_group")
-def grpo_group(problem: str, *, samples: int = 8, model: str = "solver", prompt: str = SOLVE_PROMPT) -> Any:
-    """A group of ``samples`` solutions with their logprobs, then a vote (for evaluation).
+def grpo_group(problem: str, *, n: int = 8, model: str = "solver", prompt: str = SOLVE_PROMPT) -> Any:
+    """A group of ``n`` solutions with their logprobs, then a vote (for evaluation).
 
     Example:
         >>> from graphs import grpo_group
-        >>> grpo_group.build(samples=6).count_calls()
+        >>> grpo_group.build(n=6).count_calls()
         {'solver': 6}
     """
-    return sf.vote(sf.sample(prompt, model=model, n=samples, logprobs=True, name="samples"), name="vote")
+    return sf.vote(sf.sample(prompt, model=model, n=n, logprobs=True, name="samples"), name="vote")
 
 
 @sf.graph(name="spiral")
 def spiral(
     problem: str,
     *,
-    search: int = 8,
+    n: int = 8,
     sets: int = 4,
-    set_size: int = 4,
+    k: int = 4,
     aggregations: int = 4,
     model: str = "solver",
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
     aggregate_temperature: float | None = None,
 ) -> Any:
-    """N1 search samples, K distinct n-subsets, N2 aggregations per subset, then a vote (for evaluation).
+    """``n`` search samples, ``sets`` distinct ``k``-subsets, ``aggregations`` per subset, then a vote (for evaluation).
 
     ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the
     model's), so that a set's N2 aggregations can disagree and their set-relative credit is not 0.
@@ -66,8 +71,8 @@ def spiral(
         >>> spiral.build().count_calls()  # 8 + 4 sets x 4 aggregations: the paper's 24 rollouts
         {'solver': 24}
     """
-    candidates = sf.sample(prompt, model=model, n=search, logprobs=True, name="search")
-    subsets = sf.RandomSubsets(set_size, sets, distinct=True)
+    candidates = sf.sample(prompt, model=model, n=n, logprobs=True, name="search")
+    subsets = sf.RandomSubsets(k, sets, distinct=True)
     aggregated = sf.aggregate(candidates, model=model, select=subsets, samples=aggregations,
                               prompt=aggregate_prompt, logprobs=True, name="aggregate",
                               params=_temperature(aggregate_temperature))
@@ -78,8 +83,8 @@ def spiral(
 def agglm_data(
     problem: str,
     *,
-    samples: int = 16,
-    set_size: int = 4,
+    n: int = 16,
+    k: int = 4,
     aggregations: int = 1,
     model: str = "solver",
     aggregator: str = "solver",
@@ -87,15 +92,15 @@ def agglm_data(
     aggregate_prompt: str = AGGREGATE_PROMPT,
     aggregate_temperature: float | None = None,
 ) -> Any:
-    """Samples split into consecutive sets of m, each aggregated; hard/easy selection happens at credit time.
+    """``n`` samples split into consecutive sets of ``k``, each aggregated; hard/easy selection happens at credit time.
 
     Example:
         >>> from graphs import agglm_data
-        >>> agglm_data.build(samples=12, set_size=4, aggregations=2).count_calls()
+        >>> agglm_data.build(n=12, k=4, aggregations=2).count_calls()
         {'solver': 18}
     """
-    drafts = sf.sample(prompt, model=model, n=samples, logprobs=True, name="samples")
-    aggregated = sf.aggregate(drafts, model=aggregator, select=sf.Partition(set_size, drop_remainder=True),
+    drafts = sf.sample(prompt, model=model, n=n, logprobs=True, name="samples")
+    aggregated = sf.aggregate(drafts, model=aggregator, select=sf.Partition(k, drop_remainder=True),
                               samples=aggregations, prompt=aggregate_prompt, logprobs=True, name="aggregate",
                               params=_temperature(aggregate_temperature))
     return sf.vote(aggregated, name="vote")

@@ -1,17 +1,19 @@
 """A recursive aggregation tree: a tree-structured generalisation of AggLM-style aggregation (Zhao et al.
 2025, "The Majority is not always right: RL training for solution aggregation").
 
-``leaves`` solutions are sampled (``level0``); they are partitioned into consecutive groups of
-``branching`` (optionally shuffled first, from the run's seed) and each group is aggregated by one
-call into a new solution (``level1``); the groups' outputs are partitioned and aggregated again,
-level by level, until one solution remains — the root, which is the answer. The number of levels
-is known when the graph is built: ``ceil(log_branching(leaves))``, each level having
-``ceil(previous / branching)`` nodes; a last group may be smaller than ``branching``.
+Parameters: ``n`` (N) is the number of leaves, ``k`` (K) the branching factor (the size of a
+group, as AggLM's m is the size of the set its aggregator reads). N solutions are sampled
+(``level0``); they are partitioned into consecutive groups of K (optionally shuffled first, from
+the run's seed) and each group is aggregated by one call into a new solution (``level1``); the
+groups' outputs are partitioned and aggregated again, level by level, until one solution
+remains — the root, which is the answer. The number of levels is known when the graph is built:
+``ceil(log_K(N))``, each level having ``ceil(previous / K)`` nodes; a last group may be smaller
+than K.
 
 This is not one paper's method: it is the plain hierarchical version of the one-call aggregator
 (each internal node of the tree is an AggLM call over its children), the shape used when more
 candidates exist than one aggregation prompt holds or than an aggregator was trained to read.
-Departure from a flat AggLM: no call ever reads more than ``branching`` candidates, so a minority
+Departure from a flat AggLM: no call ever reads more than K candidates, so a minority
 answer must survive its own group to reach the root.
 """
 
@@ -23,16 +25,16 @@ import scaffold as sf
 from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
 
 
-def tree_sizes(leaves: int, branching: int) -> list[int]:
-    """The number of traces at each level, leaves first, root (1) last.
+def tree_sizes(n: int, k: int) -> list[int]:
+    """The number of traces at each level of a tree with ``n`` leaves and branching ``k``, root (1) last.
 
     Example:
         >>> tree_sizes(16, 4), tree_sizes(10, 3)
         ([16, 4, 1], [10, 4, 2, 1])
     """
-    sizes = [leaves]
+    sizes = [n]
     while sizes[-1] > 1:
-        sizes.append(-(-sizes[-1] // branching))
+        sizes.append(-(-sizes[-1] // k))
     return sizes
 
 
@@ -40,28 +42,28 @@ def tree_sizes(leaves: int, branching: int) -> list[int]:
 def aggregation_tree(
     problem: str,
     *,
-    leaves: int = 16,
-    branching: int = 4,
+    n: int = 16,
+    k: int = 4,
     model: str = "solver",
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
     shuffle: bool = False,
 ) -> Any:
-    """``leaves`` samples, aggregated in groups of ``branching`` level by level (``level0`` …) up to one root.
+    """``n`` samples (leaves), aggregated in groups of ``k`` level by level (``level0`` …) up to one root.
 
     Example:
         >>> from graphs import aggregation_tree
         >>> aggregation_tree.build().count_calls()  # 16 leaves, 4 groups, 1 root
         {'solver': 21}
     """
-    if not isinstance(branching, int) or isinstance(branching, bool) or branching < 2:
-        raise sf.SubsetSizeError(f"aggregation_tree(): branching must be an integer of at least 2, got {branching!r}")
-    if not isinstance(leaves, int) or isinstance(leaves, bool) or leaves < 2:
-        raise sf.SubsetSizeError(f"aggregation_tree(): leaves must be an integer of at least 2, got {leaves!r}")
-    sizes = tree_sizes(leaves, branching)
-    level = sf.sample(prompt, model=model, n=leaves, name="level0")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 2:
+        raise sf.SubsetSizeError(f"aggregation_tree(): k (the branching) must be an integer of at least 2, got {k!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        raise sf.SubsetSizeError(f"aggregation_tree(): n (the leaves) must be an integer of at least 2, got {n!r}")
+    sizes = tree_sizes(n, k)
+    level = sf.sample(prompt, model=model, n=n, name="level0")
     for depth in range(1, len(sizes) - 1):
-        level = sf.aggregate(level, model=model, select=sf.Partition(branching, shuffle=shuffle),
+        level = sf.aggregate(level, model=model, select=sf.Partition(k, shuffle=shuffle),
                              prompt=aggregate_prompt, name=f"level{depth}")
     # the root reads every member of the last level in one call (in order), so the output is one trace
     return sf.aggregate(level, model=model, prompt=aggregate_prompt, name=f"level{len(sizes) - 1}")

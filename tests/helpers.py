@@ -5,17 +5,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+import graphs
 import scaffold as sf
 from scaffold._types import Request
 
-
-@sf.graph
-def rsa(problem, *, n: int = 16, k: int = 4, steps: int = 10):
-    """Recursive Self-Aggregation with the paper's defaults, the topology most tests use."""
-    pop = sf.sample("Solve: {problem}", model="solver", n=n)
-    for _ in range(steps):
-        pop = sf.aggregate(pop, model="solver", k=k, n=n)
-    return sf.vote(pop)
+rsa = graphs.rsa
+"""Recursive Self-Aggregation (``graphs.rsa``, the paper's defaults N=16, K=4, T=10), the topology most tests use:
+``rsa.build(n=..., k=..., steps=...)``; its nodes are ``step0`` (the samples), ``step1`` … ``step{T}`` and ``vote``."""
 
 
 @sf.graph

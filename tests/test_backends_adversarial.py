@@ -462,7 +462,8 @@ def test_a_providers_own_key_variable_is_redacted_from_errors(monkeypatch):
 
 def test_secret_headers_in_params_reach_the_server_but_not_the_records():
     """An Authorization header given in a Model's params is sent, yet absent from params, requests and traces."""
-    from scaffold.backends._litellm import LiteLLMBackend, MaskedKey
+    from scaffold._secrets import MaskedKey
+    from scaffold.backends._litellm import LiteLLMBackend
     from scaffold.testing import OpenAIServer
 
     with OpenAIServer(policy="\\boxed{1}", api_key="sk-header-secret-123") as server:

@@ -87,14 +87,13 @@ def test_eval_reports_rsa_steps_and_the_aggregation_gain(pocket_quick: tuple[Pat
     """RSA on the pocket model: per-step accuracy, AggLM gain rows, and the majority-gain plot."""
     model, _ = pocket_quick
     db, out = tmp_path / "runs.db", tmp_path / "out"
-    done = scaffold("--store", str(db), "eval", "rsa", "-p", "population=4", "-p", "subset_size=2", "-p", "steps=2",
+    done = scaffold("--store", str(db), "eval", "rsa", "-p", "n=4", "-p", "k=2", "-p", "steps=2",
                     "--model", f"pocket:{model}", "--limit", "4", "--out", str(out), "--json", "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert list(report["node_accuracy"]) == ["step0", "step1", "step2"]
     assert sum(b["problems"] for b in report["gain"]) == 4 * 4 * 2  # every aggregation call is one row
-    assert report["finished"] == 4 and report["settings"]["params"] == {"population": "4", "subset_size": "2",
-                                                                        "steps": "2"}
+    assert report["finished"] == 4 and report["settings"]["params"] == {"n": "4", "k": "2", "steps": "2"}
     assert (out / "majority_gain.png").read_bytes().startswith(PNG)
 
 
@@ -187,7 +186,7 @@ def test_a_missing_api_key_is_named_before_anything_runs(tmp_path: Path) -> None
     (["rsa", "--model", "nonsense-model"], "unknown model 'nonsense-model'"),
     (["tree_of_thought"], "unknown topology 'tree_of_thought'"),
     (["rsa", "-p", "populaton=4"], "has no parameter 'populaton'"),
-    (["rsa", "-p", "population"], "is not KEY=VALUE"),
+    (["rsa", "-p", "n"], "is not KEY=VALUE"),
     (["--resume", "never-ran"], "no evaluation 'never-ran'"),
     (["rsa", "--k", "0"], "positive integers"),
 ])
@@ -235,7 +234,7 @@ def test_the_readme_comparison_script_runs_and_writes_its_table(pocket_quick: tu
 
 def test_a_dry_run_counts_the_calls_and_runs_nothing(tmp_path: Path) -> None:
     data, db = write_problems(tmp_path / "p.jsonl", 5), tmp_path / "r.db"
-    done = scaffold("--store", str(db), "eval", "rsa", "-p", "population=4", "-p", "steps=1,2", "--data", str(data),
+    done = scaffold("--store", str(db), "eval", "rsa", "-p", "n=4", "-p", "steps=1,2", "--data", str(data),
                     "--model", "openai/stand-in", "--api-base", "http://127.0.0.1:9/v1", "--dry-run",
                     env={"OPENAI_API_KEY": KEY})
     assert done.returncode == 0, done.stderr

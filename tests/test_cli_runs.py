@@ -103,7 +103,7 @@ def test_show_prints_the_execution_tree_with_lineage_and_rollups(recorded: dict[
     for expected in ("seed    1", "params  n=3, k=2, steps=1", "inputs  problem='3+4'", "solver: ? (ScriptedBackend)",
                      "6 model calls, 84 tokens (60 prompt + 24 completion), cost $0.0120", "reward  0.5"):
         assert expected in text
-    assert text.index("\nsample ") < text.index("\naggregate ") < text.index("\nvote ") < text.index("per node")
+    assert text.index("\nstep0 ") < text.index("\nstep1 ") < text.index("\nvote ") < text.index("per node")
     lines = text.splitlines()
     for trace in recorded["traces"]["rsa0001abc"]:
         line = next(ln for ln in lines[lines.index(next(ln for ln in lines if ln.startswith(trace.node + " "))):]
@@ -116,7 +116,7 @@ def test_show_prints_the_execution_tree_with_lineage_and_rollups(recorded: dict[
         else:
             assert "tokens 10+4  cost $0.0020" in line
     node_table = lines[lines.index("per node") + 1:lines.index("per model") - 1]
-    assert [row.split()[:2] for row in node_table] == [["NODE", "CALLS"], ["sample", "3"], ["aggregate", "3"]]
+    assert [row.split()[:2] for row in node_table] == [["NODE", "CALLS"], ["step0", "3"], ["step1", "3"]]
     assert lines[lines.index("per model") + 2].split()[:2] == ["?", "6"]
 
 
@@ -130,7 +130,7 @@ def test_show_json_matches_the_store(recorded: dict[str, Any]) -> None:
     assert [(t["id"], t["inputs"]) for t in data["traces"]] == [(t.id, list(t.inputs)) for t in traces]
     assert [t["token_ids"] for t in data["traces"]] == [list(t.token_ids) if t.token_ids else None for t in traces]
     assert {t["id"]: t["reward"] for t in data["traces"] if t["reward"] is not None} == {"rsa0001abc/vote#0": 1.0}
-    assert {r["key"]: r["calls"] for r in data["rollups"]["node"]} == {"sample": 3, "aggregate": 3}
+    assert {r["key"]: r["calls"] for r in data["rollups"]["node"]} == {"step0": 3, "step1": 3}
     assert data["totals"]["total_tokens"] == 84
 
 

@@ -236,7 +236,7 @@ def test_spiral_over_a_real_run():
 
 def test_rsa_run_credits_every_step_and_not_the_vote():
     """RSA (T=2): step0 search, step1 both roles, step2 node-centred aggregations; the vote is not trained."""
-    run = rsa.build(population=4, subset_size=2, steps=2).run_sync(
+    run = rsa.build(n=4, k=2, steps=2).run_sync(
         {"problem": "x"}, models={"solver": answering([4, 5, 4, 4, 5, 5, 4, 5, 4, 4, 5, 4])}, store=None, seed=1)
     credited = assign_credit(run.traces, rewards_from(run.traces, "4"))
     nodes = {c.trace.node for c in credited}

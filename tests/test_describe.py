@@ -70,13 +70,13 @@ def test_describe_lists_nodes_and_totals():
     """describe() shows the build parameters, one row per node with its alias and size, and the call totals."""
     text = rsa.build(n=16, k=4, steps=10).describe()
     lines = text.splitlines()
-    assert lines[0] == "graph rsa(problem) with n=16, k=4, steps=10"
+    assert lines[0].startswith("graph rsa(problem) with n=16, k=4, steps=10, final_vote=True, model='solver', ")
     assert len(lines) == 1 + 1 + 12 + 1
-    sample_row = next(line for line in lines if line.split()[0] == "sample")
+    sample_row = next(line for line in lines if line.split()[0] == "step0")
     assert "solver" in sample_row and "16" in sample_row
     assert lines[-1].startswith("calls: 176")
     assert "solver: 176" in lines[-1]
-    assert all(f"aggregate_{i}" in text for i in range(2, 11))
+    assert all(f"step{i} " in text for i in range(1, 11))
 
 
 def test_describe_without_known_sizes_says_so():
@@ -108,7 +108,7 @@ def test_spec_is_plain_data():
 
     spec = rsa.build(n=2, k=1, steps=1).spec()
     assert json.loads(json.dumps(spec)) == spec
-    assert [n["name"] for n in spec["nodes"]] == ["sample", "aggregate", "vote"]
-    assert spec["nodes"][1]["reads"] == ["sample"]
+    assert [n["name"] for n in spec["nodes"]] == ["step0", "step1", "vote"]
+    assert spec["nodes"][1]["reads"] == ["step0"]
     assert spec["output"] == "vote"
-    assert spec["params"] == {"n": 2, "k": 1, "steps": 1}
+    assert {key: spec["params"][key] for key in ("n", "k", "steps")} == {"n": 2, "k": 1, "steps": 1}

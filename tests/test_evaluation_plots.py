@@ -64,10 +64,10 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EvalReport]:
             made[f"sc{n}"] = evaluate(sc.build(n=n), ROWS, {"m": ScriptedBackend(cycling())}, name=f"sc{n}",
                                       store=store)
         made["one"] = evaluate(one.build(), ROWS, {"m": ScriptedBackend(cycling())}, name="one", store=store)
-        rsa = graphs.build_topology("rsa", {"population": "4", "subset_size": "2", "steps": "1"})
+        rsa = graphs.build_topology("rsa", {"n": "4", "k": "2", "steps": "1"})
         made["rsa"] = evaluate(rsa, ROWS, {"solver": ScriptedBackend(cycling())}, name="rsa", store=store)
         made["rsa_priced"] = evaluate(rsa, ROWS, {"solver": ScriptedBackend(cycling(price=0.001))},
-                                      name="rsa-priced", store=store, settings={"params": {"population": "4"}})
+                                      name="rsa-priced", store=store, settings={"params": {"n": "4"}})
     finally:
         store.close()
     return made
@@ -98,12 +98,12 @@ def test_budget_points_group_by_topology_and_sort_by_tokens(reports):
 def test_point_label_uses_recorded_params_or_the_name(reports):
     """Short params become key=value pairs (prompts left out); no params at all falls back to the name."""
     base = reports["sc4"]
-    cli = dataclasses.replace(base, settings={"params": {"population": "8", "subset_size": "4",
+    cli = dataclasses.replace(base, settings={"params": {"n": "8", "k": "4",
                                                           "prompt": "Solve this problem carefully\n{problem}"}})
-    assert point_label(cli) == "population=8, subset_size=4"
+    assert point_label(cli) == "n=8, k=4"
     assert point_label(dataclasses.replace(base, settings={"topology": "sc"})) == "sc4"
     assert point_label(dataclasses.replace(base, settings={"params": {}})) == "sc4"
-    assert point_label(reports["rsa"]).startswith("population=4, subset_size=2, steps=1")
+    assert point_label(reports["rsa"]).startswith("n=4, k=2, steps=1")
     assert "Solve" not in point_label(reports["rsa"])
 
 
@@ -114,7 +114,7 @@ def test_cost_axis_keeps_only_priced_reports(reports):
     assert unpriced.cost is None
     series = budget_points([unpriced, priced, reports["sc1"]], x="cost")
     assert list(series) == ["rsa"]
-    assert [(p.name, p.x, p.label) for p in series["rsa"]] == [("rsa-priced", priced.cost.value, "population=4")]
+    assert [(p.name, p.x, p.label) for p in series["rsa"]] == [("rsa-priced", priced.cost.value, "n=4")]
     with pytest.raises(EvaluationError, match="known prices"):
         budget_points([unpriced, reports["sc1"]], x="cost")
     with pytest.raises(EvaluationError, match="known prices"):

@@ -70,7 +70,7 @@ def test_moa_rejects_bad_parameters_at_build_time():
 def test_self_moa_samples_one_model_and_aggregates_with_it():
     """Self-MoA: ``samples`` calls of one model, then one aggregation by the same model reading them all."""
     solver = counting("s")
-    g = graphs.self_moa.build(samples=4)
+    g = graphs.self_moa.build(n=4)
     result = g.run_sync({"problem": "1"}, models={"solver": solver}, store=None)
     assert g.count_calls() == {"solver": 5} and solver.calls == 5
     assert result.output.inputs == ids(result.node("samples"))
@@ -81,9 +81,9 @@ def test_self_moa_samples_one_model_and_aggregates_with_it():
 
 
 def test_evolve_calls_per_generation_and_named_steps():
-    """``population`` samples, then ``population`` children per generation; every step is ``step{g}``."""
+    """``n`` samples, then ``n`` children per generation; every step is ``step{g}``."""
     solver = counting("s")
-    g = graphs.evolve.build(population=6, generations=3, parents=3)
+    g = graphs.evolve.build(n=6, generations=3, k=3)
     result = g.run_sync({"problem": "1"}, models={"solver": solver}, store=None)
     assert g.count_calls() == {"solver": 24} and solver.calls == 24
     assert [len(p) for p in graphs.population_by_step(result)] == [6, 6, 6, 6]
@@ -91,8 +91,8 @@ def test_evolve_calls_per_generation_and_named_steps():
 
 
 def test_evolve_children_read_distinct_parents_of_the_previous_generation():
-    """Every child reads exactly ``parents`` distinct members of the previous population."""
-    result = graphs.evolve.build(population=5, generations=3, parents=3).run_sync(
+    """Every child reads exactly ``k`` distinct members (parents) of the previous population."""
+    result = graphs.evolve.build(n=5, generations=3, k=3).run_sync(
         {"problem": "1"}, models={"solver": counting("s")}, seed=7, store=None)
     steps = graphs.population_by_step(result)
     for previous, children in itertools.pairwise(steps):
@@ -106,7 +106,7 @@ def test_evolve_same_seed_same_lineage_and_answer():
     """Parent sets are drawn from the run's seed: the same seed gives the same lineage, another seed another."""
 
     def lineage(seed: int) -> tuple[list[tuple[str, ...]], str | None]:
-        result = graphs.evolve.build(population=8, generations=2, parents=2).run_sync(
+        result = graphs.evolve.build(n=8, generations=2, k=2).run_sync(
             {"problem": "1"}, models={"solver": counting("s")}, seed=seed, run_id="r", store=None)
         return [t.inputs for t in result.traces if t.node.startswith("step")], result.answer
 
@@ -115,10 +115,10 @@ def test_evolve_same_seed_same_lineage_and_answer():
 
 
 def test_evolve_with_fitness_keeps_the_best_of_parents_and_children():
-    """With ``fitness``, each generation keeps the top ``population`` of parents plus children, and they breed."""
+    """With ``fitness``, each generation keeps the top ``n`` of parents plus children, and they breed."""
     counter = itertools.count()
     solver = ScriptedBackend(lambda request: boxed(next(counter)))  # answers 0..3, then 4..7, then 8..11
-    g = graphs.evolve.build(population=4, generations=2, parents=2, fitness=lambda t: -float(t.answer or 0))
+    g = graphs.evolve.build(n=4, generations=2, k=2, fitness=lambda t: -float(t.answer or 0))
     result = g.run_sync({"problem": "1"}, models={"solver": solver}, store=None)
     assert g.count_calls() == {"solver": 12} and solver.calls == 12
     first = ids(result.node("step0"))  # the lowest answers: fitter than every child
@@ -133,7 +133,7 @@ def test_evolve_with_fitness_keeps_the_best_of_parents_and_children():
 def test_evolve_rejects_bad_parameters_at_build_time():
     """More parents than the population, or no generations, fail when building."""
     with pytest.raises(sf.GraphError, match="parents"):
-        graphs.evolve.build(population=3, parents=4)
+        graphs.evolve.build(n=3, k=4)
     with pytest.raises(sf.GraphError, match="generations"):
         graphs.evolve.build(generations=0)
     with pytest.raises(sf.GraphError, match="fitness"):
@@ -163,7 +163,7 @@ def marker_aggregator(request: Request) -> str:
 def test_agglm_aggregator_reads_every_candidate():
     """m samples, then one aggregator call whose lineage is all m candidates."""
     solver, aggregator = counting("s"), counting("agg")
-    g = graphs.agglm.build(candidates=6)
+    g = graphs.agglm.build(n=6)
     result = g.run_sync({"problem": "1"}, models={"solver": solver, "aggregator": aggregator}, store=None)
     assert g.count_calls() == {"solver": 6, "aggregator": 1}
     assert (solver.calls, aggregator.calls) == (6, 1)
@@ -191,7 +191,7 @@ def test_ssa_returns_the_aggregators_short_answer():
     """SSA's output is the aggregator's short answer, read from all samples with the summary prompt."""
     solver = counting("long derivation", answer=5)
     aggregator = ScriptedBackend(lambda request: boxed(6))
-    result = graphs.ssa.build(samples=5).run_sync({"problem": "1"}, models={"solver": solver,
+    result = graphs.ssa.build(n=5).run_sync({"problem": "1"}, models={"solver": solver,
                                                                            "aggregator": aggregator}, store=None)
     assert (solver.calls, aggregator.calls) == (5, 1)
     assert result.answer == "6" and result.output.text == boxed(6)
@@ -222,7 +222,7 @@ def test_tree_sizes_are_ceil_divisions():
 def test_tree_nodes_read_their_partition_groups_and_end_in_one_trace():
     """Each level-l trace reads exactly its consecutive group of level l-1; the root reads the whole last level."""
     solver = counting("s")
-    g = graphs.aggregation_tree.build(leaves=10, branching=3)
+    g = graphs.aggregation_tree.build(n=10, k=3)
     result = g.run_sync({"problem": "1"}, models={"solver": solver}, store=None)
     assert g.count_calls() == {"solver": 17} and solver.calls == 17
     levels = [result.node(f"level{i}") for i in range(4)]
@@ -235,8 +235,8 @@ def test_tree_nodes_read_their_partition_groups_and_end_in_one_trace():
 
 
 def test_shuffled_tree_partitions_each_level():
-    """With ``shuffle``, groups are a seeded permutation: disjoint, covering the level, of size ``branching``."""
-    result = graphs.aggregation_tree.build(leaves=16, branching=4, shuffle=True).run_sync(
+    """With ``shuffle``, groups are a seeded permutation: disjoint, covering the level, of size ``k``."""
+    result = graphs.aggregation_tree.build(n=16, k=4, shuffle=True).run_sync(
         {"problem": "1"}, models={"solver": counting("s")}, seed=1, store=None)
     below, above = result.node("level0"), result.node("level1")
     read = [i for t in above for i in t.inputs]
@@ -247,6 +247,6 @@ def test_shuffled_tree_partitions_each_level():
 def test_tree_rejects_bad_parameters_at_build_time():
     """A branching factor below 2 or fewer than 2 leaves fail when building."""
     with pytest.raises(sf.GraphError, match="branching"):
-        graphs.aggregation_tree.build(branching=1)
+        graphs.aggregation_tree.build(k=1)
     with pytest.raises(sf.GraphError, match="leaves"):
-        graphs.aggregation_tree.build(leaves=1)
+        graphs.aggregation_tree.build(n=1)

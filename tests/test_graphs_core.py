@@ -38,14 +38,14 @@ def test_rsa_defaults_are_the_papers() -> None:
     """N=16, K=4, T=10: 16 samples plus 10 steps of 16 aggregations, each over 4 candidates."""
     graph = graphs.rsa.build()
     assert graph.count_calls() == {"solver": 16 + 10 * 16}
-    assert graph.params["population"] == 16 and graph.params["subset_size"] == 4 and graph.params["steps"] == 10
+    assert graph.params["n"] == 16 and graph.params["k"] == 4 and graph.params["steps"] == 10
 
 
-@pytest.mark.parametrize("subset_size", [1, 3])
-def test_every_rsa_aggregation_reads_k_distinct_members_of_the_previous_step(subset_size: int) -> None:
+@pytest.mark.parametrize("k", [1, 3])
+def test_every_rsa_aggregation_reads_k_distinct_members_of_the_previous_step(k: int) -> None:
     """Lineage: step t's calls each read exactly K distinct traces of step t-1 (K=1 is self-refinement)."""
     backend = counter_backend([1, 2])
-    result = graphs.rsa.build(population=6, subset_size=subset_size, steps=3).run_sync(
+    result = graphs.rsa.build(n=6, k=k, steps=3).run_sync(
         {"problem": "p"}, models={"solver": backend}, seed=4, store=None)
     steps = graphs.population_by_step(result)
     assert [len(s) for s in steps] == [6, 6, 6, 6]
@@ -53,7 +53,7 @@ def test_every_rsa_aggregation_reads_k_distinct_members_of_the_previous_step(sub
     for previous, current in zip(steps, steps[1:]):
         ids = {t.id for t in previous}
         for trace in current:
-            assert len(trace.inputs) == subset_size == len(set(trace.inputs))
+            assert len(trace.inputs) == k == len(set(trace.inputs))
             assert set(trace.inputs) <= ids
             shown = re.findall(r"draft \d+", trace.request.last_content)
             assert sorted(shown) == sorted(re.search(r"draft \d+", t.text).group(0)
@@ -64,14 +64,14 @@ def test_every_rsa_aggregation_reads_k_distinct_members_of_the_previous_step(sub
 def test_rsa_is_reproducible_by_seed_and_can_return_the_population() -> None:
     """Same seed, same subsets and result; another seed draws other subsets; final_vote=False gives the set."""
     def subsets(seed: int) -> list[tuple[str, ...]]:
-        result = graphs.rsa.build(population=8, subset_size=2, steps=2).run_sync(
+        result = graphs.rsa.build(n=8, k=2, steps=2).run_sync(
             {"problem": "p"}, models={"solver": counter_backend([1, 2, 3])}, seed=seed, store=None)
         return [tuple(i.split("/", 1)[1] for i in t.inputs) for t in result.traces
                 if t.node.startswith("step") and t.node != "step0"]
 
     assert subsets(1) == subsets(1)
     assert subsets(1) != subsets(2)
-    result = graphs.rsa.build(population=4, subset_size=2, steps=1, final_vote=False).run_sync(
+    result = graphs.rsa.build(n=4, k=2, steps=1, final_vote=False).run_sync(
         {"problem": "p"}, models={"solver": counter_backend([5])}, store=None)
     assert isinstance(result.output, list) and len(result.output) == 4
     assert all(t.node == "step1" for t in result.output)
@@ -80,7 +80,7 @@ def test_rsa_is_reproducible_by_seed_and_can_return_the_population() -> None:
 def test_rsa_subset_larger_than_the_population_fails_at_build_time() -> None:
     """K > N is a build error, before any call."""
     with pytest.raises(sf.SubsetSizeError):
-        graphs.rsa.build(population=3, subset_size=4)
+        graphs.rsa.build(n=3, k=4)
 
 
 def test_callable_build_parameters_are_recorded_by_name() -> None:

@@ -191,7 +191,7 @@ def test_pairwise_elites_are_the_bradley_terry_top_under_a_consistent_judge() ->
     """Every pair compared once by a judge preferring larger numbers: elites and best are the largest, in order."""
     drafts = iter([40, 10, 60, 30, 50, 20])
     solver = ScriptedBackend(lambda r: "weak " + boxed(0) if "so far" in r.last_content else boxed(next(drafts)))
-    graph = graphs.pairwise_ranking.build(population=6, generations=2, elites=3, comparisons_per_member=5)
+    graph = graphs.pairwise_ranking.build(n=6, generations=2, elites=3, comparisons_per_member=5)
     result = run(graph, solver=solver, judge=ScriptedBackend(larger_wins))
     assert len(result.node("compare0")) == 15
     by_id = {t.id: t for t in result.traces}
@@ -203,7 +203,7 @@ def test_pairwise_elites_are_the_bradley_terry_top_under_a_consistent_judge() ->
 
 def test_pairwise_ranking_with_agreement_verdict() -> None:
     """A judge that writes its own answer (7) makes the candidates that agree with it the elites."""
-    graph = graphs.pairwise_ranking.build(population=4, generations=1, elites=2, comparisons_per_member=3,
+    graph = graphs.pairwise_ranking.build(n=4, generations=1, elites=2, comparisons_per_member=3,
                                           verdict=graphs.agreement_verdict)
     result = run(graph, solver=counter_backend([1, 7, 2, 7]), judge=ScriptedBackend(lambda r: "fixed " + boxed(7)))
     assert result.answer == "7"
@@ -228,12 +228,12 @@ def test_same_seed_same_result() -> None:
 def test_pairwise_ranking_rejects_impossible_sizes() -> None:
     """Elites must leave room for children, and there is at least one generation."""
     with pytest.raises(sf.SubsetSizeError):
-        graphs.pairwise_ranking.build(population=4, elites=4)
+        graphs.pairwise_ranking.build(n=4, elites=4)
     with pytest.raises(sf.SubsetSizeError):
         graphs.pairwise_ranking.build(elites=0)
     with pytest.raises(sf.GraphDefinitionError):
         graphs.pairwise_ranking.build(generations=0)
-    assert graphs.pairwise_ranking.build(population=4, elites=4, generations=1).count_calls() == {
+    assert graphs.pairwise_ranking.build(n=4, elites=4, generations=1).count_calls() == {
         "solver": 4, "judge": 8}
 
 

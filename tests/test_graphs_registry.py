@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import graphs
-from graphs.registry import StepVerifier
+from graphs.registry import RENAMED, StepVerifier, describe_parameters
 from scaffold._errors import GraphError
 from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, PocketTask
 
@@ -23,20 +23,44 @@ def test_text_parameters_are_typed_like_their_defaults() -> None:
     graph = graphs.build_topology("mixture_of_agents", {"proposers": "a,b", "layers": "2", "aggregator": "agg"})
     assert graph.params["proposers"] == ("a", "b") and graph.params["layers"] == 2
     assert set(graph.count_calls()) == {"a", "b", "agg"}
-    rsa = graphs.build_topology("rsa", {"population": "4", "subset_size": "2", "steps": "1", "final_vote": "false"})
+    rsa = graphs.build_topology("rsa", {"n": "4", "k": "2", "steps": "1", "final_vote": "false"})
     assert rsa.params["final_vote"] is False and rsa.count_calls() == {"solver": 8}
 
 
 @pytest.mark.parametrize("name, params, message", [
     ("tree_of_thought", {}, "unknown topology 'tree_of_thought'; known: single_sample"),
-    ("rsa", {"populaton": "4"}, "has no parameter 'populaton'"),
+    ("rsa", {"populaton": "4"}, "has no parameter 'populaton'; its parameters are: n, k, steps, final_vote"),
     ("rsa", {"final_vote": "maybe"}, "takes true or false"),
-    ("rsa", {"population": "four"}, "takes a whole number"),
-    ("rsa", {"subset_size": "9", "population": "4"}, "k=9 is larger than the set"),
+    ("rsa", {"n": "four"}, "takes a whole number"),
+    ("rsa", {"k": "9", "n": "4"}, "k=9 is larger than the set"),
 ])
 def test_bad_names_and_values_fail_at_build_time(name: str, params: dict[str, str], message: str) -> None:
     with pytest.raises(GraphError, match=message):
         graphs.build_topology(name, params)
+
+
+@pytest.mark.parametrize("name, old, new", [(name, old, new) for name, renamed in RENAMED.items()
+                                            for old, new in renamed.items()])
+def test_an_old_parameter_name_still_builds_with_a_deprecation_warning(name: str, old: str, new: str) -> None:
+    """``-p population=4`` builds what ``-p n=4`` builds, warning that the old name is deprecated for the new."""
+    value = graphs.topology(name).defaults[new] + 1
+    with pytest.warns(DeprecationWarning, match=f"parameter '{old}' of '{name}' is deprecated; use '{new}'"):
+        graph = graphs.build_topology(name, {old: str(value)})
+    assert graph.params == graphs.build_topology(name, {new: str(value)}).params and graph.params[new] == value
+    assert old not in graph.params
+
+
+def test_an_old_and_a_new_name_of_one_parameter_together_are_an_error() -> None:
+    """Giving ``population`` and ``n`` at once is ambiguous: a build error naming both, and no warning."""
+    with pytest.raises(GraphError, match="'population' of 'rsa' is the old name of 'n'.*give only 'n'"):
+        graphs.build_topology("rsa", {"population": "4", "n": "8"})
+
+
+def test_parameter_listings_show_only_the_new_names() -> None:
+    """``graph list --params`` and unknown-parameter errors name ``n`` and ``k``, never the old names."""
+    for name, renamed in RENAMED.items():
+        listed = {line.split(" = ")[0] for line in describe_parameters(name).splitlines()}
+        assert set(renamed.values()) <= listed and not set(renamed) & listed, name
 
 
 def test_pocket_prompts_fit_every_prompt_parameter_and_name_the_verifier_stably() -> None:

@@ -43,7 +43,7 @@ def counts(store, run_prefix: str = "") -> dict[str, int]:
                 sa.select(e.call_id, e.position).distinct().join(CALLS, c.id == e.call_id).where(mine).subquery()
             )).scalar_one(),
             "aggregation_edges": one(sa.select(sa.func.count()).select_from(EDGES.join(CALLS, c.id == e.call_id))
-                                     .where(mine, c.node.like("aggregate%"))).scalar_one(),
+                                     .where(mine, c.node.like("step%"))).scalar_one(),
         }
 
 

@@ -107,9 +107,9 @@ def test_export_loads_in_datasets_with_exact_tokens_logprobs_and_lineage(
         else:
             assert row["token_ids"] is None and row["logprobs"] is None and row["messages"] == []
     by_id = {row["trace_id"]: row for row in rows}
-    aggregates = [by_id[f"rsa-a/aggregate#{i}"] for i in range(3)]
-    assert all(len(a["inputs"]) == 2 and all(i.startswith("rsa-a/sample#") for i in a["inputs"]) for a in aggregates)
-    assert by_id["rsa-a/vote#0"]["inputs"] == [f"rsa-a/aggregate#{i}" for i in range(3)]
+    aggregates = [by_id[f"rsa-a/step1#{i}"] for i in range(3)]
+    assert all(len(a["inputs"]) == 2 and all(i.startswith("rsa-a/step0#") for i in a["inputs"]) for a in aggregates)
+    assert by_id["rsa-a/vote#0"]["inputs"] == [f"rsa-a/step1#{i}" for i in range(3)]
     assert by_id["chain-b/aggregate#0"]["inputs"] == ["chain-b/generate#0"]
     assert by_id["rsa-a/vote#0"]["rewards"] == 1.25
     assert [row["rewards"] for row in rows if row["trace_id"] != "rsa-a/vote#0"] == [None] * 8

@@ -20,11 +20,12 @@ import sqlalchemy as sa
 from helpers import rsa
 
 import scaffold as sf
+from scaffold._call import call_seed
 from scaffold._errors import BackendError, SchemaVersionError, StoreError
-from scaffold._executor import call_seed
+from scaffold._json import to_json
 from scaffold._types import Completion, Status, Trace, TraceKind, Usage
 from scaffold.store import Store
-from scaffold.store._codec import jsonable, request_key
+from scaffold.store._codec import request_key
 from scaffold.store._migrations import upgrade
 from scaffold.store._schema import CALLS, DATASETS, EDGES, ITEMS, REQUESTS, RUNS, SCHEMA_VERSION
 from scaffold.store._store import normalise_url
@@ -79,7 +80,7 @@ def same_trace(stored: Trace, original: Trace) -> None:
     for name in ("id", "run_id", "node", "index", "kind", "model", "text", "answer", "token_ids", "logprobs",
                  "usage", "cost", "latency", "started_at", "inputs", "status", "error", "attempt", "request"):
         assert getattr(stored, name) == getattr(original, name), (original.id, name)
-    assert dict(stored.metadata) == json.loads(json.dumps(jsonable(original.metadata))), original.id
+    assert dict(stored.metadata) == json.loads(json.dumps(to_json(original.metadata))), original.id
 
 
 # -- traces ------------------------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ def test_lineage_every_rsa_aggregation_reads_k_distinct_members_of_the_previous_
                           store=store, run_id="lin", seed=2)
     stored = {t.id: t for t in store.traces("lin")}
     assert len(stored) == 177
-    order = ["sample", "aggregate", *[f"aggregate_{s}" for s in range(2, 11)]]
+    order = [f"step{s}" for s in range(11)]
     for original in result.traces:
         assert stored[original.id].inputs == original.inputs
     for step, node in enumerate(order[1:], start=1):
@@ -392,17 +393,17 @@ def test_rewards_per_call_and_per_run_appear_in_rewards_and_the_dag(store):
     small = rsa.build(n=4, k=2, steps=1)
     small.run_sync({"problem": "p"}, models={"solver": ScriptedBackend(lambda r: "\\boxed{1}")}, store=store,
                    run_id="rw", seed=1)
-    store.add_reward(1.0, run_id="rw", call_id="rw/sample#2", source="math_verify", metadata={"gold": "1"})
-    store.add_reward(0.25, run_id="rw", call_id="rw/sample#2", source="judge")
+    store.add_reward(1.0, run_id="rw", call_id="rw/step0#2", source="math_verify", metadata={"gold": "1"})
+    store.add_reward(0.25, run_id="rw", call_id="rw/step0#2", source="judge")
     store.add_reward(0.5, run_id="rw")
     store.flush()
     rewards = store.rewards("rw")
     assert [(r["call_id"], r["value"], r["source"]) for r in rewards] == [
-        ("rw/sample#2", 1.0, "math_verify"), ("rw/sample#2", 0.25, "judge"), (None, 0.5, "user")]
+        ("rw/step0#2", 1.0, "math_verify"), ("rw/step0#2", 0.25, "judge"), (None, 0.5, "user")]
     assert rewards[0]["metadata"] == {"gold": "1"} and rewards[0]["run_id"] == "rw"
     dag = store.dag("rw")
-    assert dag.nodes["rw/sample#2"]["reward"] == pytest.approx(1.25)
-    assert all(dag.nodes[n]["reward"] is None for n in dag.nodes if n != "rw/sample#2")
+    assert dag.nodes["rw/step0#2"]["reward"] == pytest.approx(1.25)
+    assert all(dag.nodes[n]["reward"] is None for n in dag.nodes if n != "rw/step0#2")
     assert store.rewards("missing") == []
 
 

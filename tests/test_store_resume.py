@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from helpers import chain, rsa
 
 import scaffold as sf
+from scaffold._call import call_seed
 from scaffold._errors import BackendError, ResumeError, RunError
-from scaffold._executor import call_seed
 from scaffold._types import Status, TraceKind
 from scaffold.store._schema import CALLS, RUNS
 from scaffold.store._store import normalise_url
@@ -263,7 +263,7 @@ def test_a_mismatched_resume_raises_and_records_nothing(store, change):
 def test_a_failed_run_resumes_and_resends_only_failed_and_cancelled_calls(store):
     """A run that failed (on_error=raise) is resumed: only calls not recorded ok are sent, and it completes."""
     seed = 6
-    bad = call_seed(seed, "aggregate", 1)
+    bad = call_seed(seed, "step1", 1)
 
     def broken(request):
         if request.seed == bad:
@@ -275,7 +275,7 @@ def test_a_failed_run_resumes_and_resends_only_failed_and_cancelled_calls(store)
         SMALL.run_sync({"problem": "p"}, models={"solver": failing}, store=store, run_id="flaky", seed=seed)
     first = store.traces("flaky")
     statuses = {t.id: t.status for t in first}
-    assert statuses["flaky/aggregate#1"] is Status.ERROR
+    assert statuses["flaky/step1#1"] is Status.ERROR
     assert Status.CANCELLED in statuses.values()
     assert store.run("flaky").status == "error"
     ok_before = {t.id.split("/", 1)[1] for t in first if t.status is Status.OK and t.kind is TraceKind.MODEL}

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ import pytest
 import graphs
 import scaffold as sf
 from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_task, score_pocket
+from scaffold.testing import ScriptedBackend
 from trainers.loop import LoopConfig, batches, train_offline, train_online
 from trainers.policy import Policy, PolicyConfig
 from trainers.recipes import recipe
+from trainers.types import Credited, StepMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 POCKET = {"prompt": SOLVE_PROMPT, "aggregate_prompt": AGGREGATE_PROMPT}
@@ -31,6 +34,106 @@ def held_out_reward(policy: Policy, graph: sf.Graph, rows: list[dict[str, str]],
     rewards = [float(sf.equivalent(t.answer, rows[r.index or 0]["answer"]))
                for r in results for t in r.traces if t.kind is sf.TraceKind.MODEL]
     return sum(rewards) / len(rewards)
+
+
+def scripted_answer(request: sf.Request) -> sf.Completion:
+    """Answer 0, 1 or 2 by the call's seed, with token ids and logprobs (so every trace is trainable)."""
+    return sf.Completion(text=f"so \\boxed{{{(request.seed or 0) % 3}}}", token_ids=(1, 2, 3, 4, 5),
+                         logprobs=(-0.5,) * 5, usage=sf.Usage(completion_tokens=5))
+
+
+class CountingPolicy:
+    """A policy without weights that keeps what each step trained on (a :class:`RolloutPolicy` by its shape)."""
+
+    def __init__(self, steps_done: int = 0) -> None:
+        self.steps_done = steps_done
+        self.engine = ScriptedBackend(scripted_answer)
+        self.trained: list[list[tuple[str, int, str, float]]] = []
+        self.refreshed: list[sf.Backend] = []
+        self.saved: list[int] = []
+
+    def step(self, items: Sequence[Credited]) -> StepMetrics:
+        self.steps_done += 1
+        self.trained.append([(c.trace.node, c.trace.index, c.role, c.advantage) for c in items])
+        roles = {role: {"traces": sum(c.role == role for c in items)} for role in sorted({c.role for c in items})}
+        return StepMetrics(step=self.steps_done, loss=sum(c.advantage for c in items), reward_mean=None,
+                           accuracy=None, advantage_mean=0.0, advantage_std=0.0, advantage_abs_max=0.0, entropy=0.0,
+                           kl=None, clip_fraction=0.0, tokens=len(items), tokens_per_s=0.0, extra={"roles": roles})
+
+    def save(self, directory: str) -> None:
+        self.saved.append(self.steps_done)
+
+    def backend(self) -> sf.Backend:
+        return self.engine
+
+    def refresh(self, backend: sf.Backend) -> None:
+        self.refreshed.append(backend)
+
+
+SCRIPTED_ROWS = [{"problem": f"problem {i}", "answer": str(i % 3)} for i in range(7)]
+
+
+def test_online_steps_record_rewards_refresh_log_and_checkpoint(tmp_path: Path) -> None:
+    """Each online step records a trainer reward per model call, refreshes the engine, logs a line; checkpoints."""
+    policy = CountingPolicy()  # a RolloutPolicy by its shape: train_online's signature asks for one
+    store = sf.Store(tmp_path / "runs.db")
+    config = LoopConfig(steps=3, problems_per_step=2, log_path=str(tmp_path / "log.jsonl"), dataset="d",
+                        checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every=2, **recipe("spiral").loop_options)
+    seen: list[StepMetrics] = []
+    history = train_online(policy, recipe("spiral").graph, SCRIPTED_ROWS, config, store=store, progress=False,
+                           on_step=seen.append)
+    assert [m.step for m in history] == [1, 2, 3] and seen == history
+    assert policy.refreshed == [policy.engine] * 3 and policy.saved == [2, 3]
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3] and lines[0]["extra"]["sampled_tokens"] == 2 * 24 * 5
+    store.flush()
+    runs = store.runs(dataset="d", newest_first=False)
+    rewards = [[r["value"] for r in store.rewards(run.id) if r["source"] == "trainer"] for run in runs]
+    assert len(runs) == 6 and all(len(values) == 24 for values in rewards)
+    for metrics, trained, pair in zip(history, policy.trained, (rewards[0:2], rewards[2:4], rewards[4:6])):
+        assert metrics.reward_mean == pytest.approx(sum(map(sum, pair)) / 48)
+        assert metrics.extra["trained_traces"] == len(trained) and metrics.extra["rollout_traces"] == 48
+        assert set(metrics.extra["roles"]) == {"search", "aggregate"}
+        assert all(values["answered"] == 1.0 for values in metrics.extra["roles"].values())
+    store.close()
+
+
+def test_offline_trains_on_the_same_credit_from_answers_or_from_recorded_rewards(tmp_path: Path) -> None:
+    """Offline steps over stored rollouts train the same items whether rewards come from answers or the store."""
+    store = sf.Store(tmp_path / "runs.db")
+    chosen = recipe("agglm")
+    train_online(CountingPolicy(), chosen.graph, SCRIPTED_ROWS, LoopConfig(steps=2, problems_per_step=3,
+                 dataset="d", **chosen.loop_options), store=store, progress=False)
+    store.flush()
+    config = LoopConfig(steps=2, problems_per_step=4, seed=1, scheme="grpo", roles=("aggregate",))
+    from_answers, from_store = CountingPolicy(), CountingPolicy()
+    answers = {row["problem"]: row["answer"] for row in SCRIPTED_ROWS}
+    first = train_offline(from_answers, store, config, answers=answers, dataset="d", progress=False)
+    second = train_offline(from_store, store, config, dataset="d", progress=False)
+    assert first == second and [m.step for m in first] == [1, 2] and first[0].reward_mean is not None
+    assert from_answers.trained == from_store.trained and all(from_answers.trained)
+    with pytest.raises(ValueError, match="needs each run's reference answer"):
+        train_offline(CountingPolicy(), store, LoopConfig(steps=1, **chosen.loop_options), dataset="d",
+                      progress=False)
+    store.close()
+
+
+def test_online_training_is_reproducible_and_stops_at_the_token_budget_or_until() -> None:
+    """The same seed trains on the same credited traces; a token budget or ``until`` ends training early."""
+    chosen = recipe("spiral_rsa")
+    config = LoopConfig(steps=3, problems_per_step=2, seed=5, **chosen.loop_options)
+    one, two = CountingPolicy(), CountingPolicy()
+    assert train_online(one, chosen.graph, SCRIPTED_ROWS, config, store=None, progress=False)[-1].step == 3
+    train_online(two, chosen.graph, SCRIPTED_ROWS, config, store=None, progress=False)
+    assert one.trained == two.trained
+    resumed = CountingPolicy(steps_done=2)
+    train_online(resumed, chosen.graph, SCRIPTED_ROWS, config, store=None, progress=False)
+    assert resumed.trained == one.trained[2:]
+    budget = LoopConfig(steps=9, problems_per_step=2, token_budget=300, **chosen.loop_options)
+    assert len(train_online(CountingPolicy(), chosen.graph, SCRIPTED_ROWS, budget, store=None, progress=False)) == 2
+    stopped = train_online(CountingPolicy(), chosen.graph, SCRIPTED_ROWS, budget, store=None, progress=False,
+                           until=lambda history: len(history) == 1)
+    assert len(stopped) == 1
 
 
 def test_batches_cycle_through_every_row_in_a_seeded_order() -> None:
@@ -49,7 +152,7 @@ def test_grpo_training_raises_held_out_reward_of_its_topology(pocket_quick: tupl
     """Acceptance: 20 GRPO steps on the quick pocket model raise held-out reward by at least 0.04 (measured +0.09)."""
     path, _ = pocket_quick
     task = pocket_task(path)
-    graph = graphs.grpo_group.build(samples=8, prompt=SOLVE_PROMPT)
+    graph = graphs.grpo_group.build(n=8, prompt=SOLVE_PROMPT)
     held_out = task.problems(64, seed=9, split="test")
     policy = Policy(path, PolicyConfig(lr=1e-4, seed=0))
     before = held_out_reward(policy, graph, held_out, seed=1)
@@ -104,7 +207,7 @@ def test_online_rollouts_and_rewards_are_recorded_and_a_checkpoint_resumes(pocke
     path, _ = pocket_quick
     task = pocket_task(path)
     rows = task.problems(40, seed=4, split="train")
-    graph = graphs.grpo_group.build(samples=4, prompt=SOLVE_PROMPT)
+    graph = graphs.grpo_group.build(n=4, prompt=SOLVE_PROMPT)
     store = sf.Store(tmp_path / "runs.db")
     checkpoint = tmp_path / "ckpt"
     config = LoopConfig(steps=2, problems_per_step=3, scheme="grpo", sampling=SAMPLING, checkpoint_dir=str(checkpoint),
@@ -131,7 +234,7 @@ def test_offline_training_uses_recorded_runs_and_their_rewards(pocket_quick: tup
     path, _ = pocket_quick
     task = pocket_task(path)
     rows = task.problems(6, seed=5, split="train")
-    graph = graphs.spiral.build(search=4, sets=2, set_size=2, aggregations=2, **POCKET)
+    graph = graphs.spiral.build(n=4, sets=2, k=2, aggregations=2, **POCKET)
     store = sf.Store(tmp_path / "runs.db")
     policy = Policy(path, PolicyConfig(lr=1e-4))
     model = sf.Model(policy.backend(max_new_tokens=40), params=SAMPLING)

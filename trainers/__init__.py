@@ -22,15 +22,16 @@ from trainers.credit import (
     spiral_set_advantages,
     trainable,
 )
-from trainers.loop import LoopConfig, batches, credit_runs, train_offline, train_online
+from trainers.loop import LoopConfig, batches, credit_runs, train_offline, train_online, train_step
 from trainers.loss import policy_loss, token_logprobs
 from trainers.policy import LoraSettings, Policy, PolicyConfig
 from trainers.rewards import RewardFn, math_reward, rewards_from
-from trainers.types import ROLES, Credited, StepMetrics, TrainBatch
+from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy, TrainBatch
 
 __all__ = [
     # records
     "Credited",
+    "RewardedRun",
     "ROLES",
     "TrainBatch",
     "StepMetrics",
@@ -56,6 +57,8 @@ __all__ = [
     "is_hard",
     "SetInfo",
     # the update
+    "TrainablePolicy",
+    "RolloutPolicy",
     "Policy",
     "PolicyConfig",
     "LoraSettings",
@@ -67,6 +70,7 @@ __all__ = [
     "LoopConfig",
     "train_online",
     "train_offline",
+    "train_step",
     "credit_runs",
     "batches",
 ]

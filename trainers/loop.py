@@ -1,6 +1,8 @@
 """The training loops: online (roll out with the current policy, reward, credit, update, repeat) and offline.
 
-One step of :func:`train_online` reads top to bottom:
+Both loops share :func:`train_step` (credit → update → the step's mean reward) and the bookkeeping
+after it (log line, ``on_step``, progress bar, checkpoints). One step of :func:`train_online` reads
+top to bottom:
 
 1. take the next ``problems_per_step`` training rows (a seeded shuffle, epoch after epoch);
 2. roll out the graph on them with the current policy as every model alias (recorded in the store);
@@ -8,35 +10,36 @@ One step of :func:`train_online` reads top to bottom:
 4. assign credit (``scheme``: ``"spiral"``, ``"grpo"``, ``"rloo"``), keep the trained roles and, for
    the AggLM recipe, only the aggregations of hard sets and a share of easy ones;
 5. update the policy (one optimiser step, gradient accumulation inside);
-6. refresh the rollout engine when it does not share the policy's weights;
+6. refresh the rollout engine (nothing to do when it shares the policy's weights);
 7. log the step (console and JSONL) and checkpoint. Besides the update's figures, each step logs per
    role (``single``, ``search``, ``aggregate``): traces, the share with advantage 0 (no signal),
    mean |advantage|, token entropy, KL to the start (with ``PolicyConfig(measure_kl=True)``) and
    the share of trained traces with an extracted answer (does a role's format drift?).
 
-:func:`train_offline` runs steps 3–5 over runs already in a store, selected by graph, dataset,
+:func:`train_offline` runs steps 3–5 and 7 over runs already in a store, selected by graph, dataset,
 model and time, with the rewards recorded there or computed from given answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import scaffold as sf
-from scaffold.store._default import DEFAULT, resolve_store
+from scaffold.store import DEFAULT, resolve_store
 from trainers.credit import agglm_select, assign_credit
 from trainers.rewards import math_reward, rewards_from
-from trainers.types import ROLES, Credited, StepMetrics
+from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy
 
 Reward = Callable[[sf.Trace, str], float]
 """``reward(trace, reference_answer) -> float``."""
+_Row = TypeVar("_Row")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +75,7 @@ class LoopConfig:
     """Stop once the rollouts have sampled this many completion tokens (methods compared at equal budget)."""
 
 
-def batches(rows: Sequence[Mapping[str, Any]], size: int, seed: int) -> Iterator[list[Mapping[str, Any]]]:
+def batches(rows: Sequence[_Row], size: int, seed: int) -> Iterator[list[_Row]]:
     """Endless batches of ``size`` rows: a seeded shuffle, then the next shuffle when it runs out.
 
     Example:
@@ -85,7 +88,7 @@ def batches(rows: Sequence[Mapping[str, Any]], size: int, seed: int) -> Iterator
     rng, order = random.Random(seed), list(range(len(rows)))
     position = len(order)
     while True:
-        batch: list[Mapping[str, Any]] = []
+        batch: list[_Row] = []
         while len(batch) < size:
             if position == len(order):
                 rng.shuffle(order)
@@ -101,7 +104,7 @@ def credit_runs(
     *,
     rng: random.Random | None = None,
 ) -> list[Credited]:
-    """Step 4 over ``(traces, rewards, reference answer)`` per run: credit, the trained roles, AggLM selection.
+    """Step 4 over a :class:`~trainers.types.RewardedRun` (or plain tuple) per run: credit, roles, AggLM selection.
 
     The reference answer is only read by the AggLM selection (``config.easy_fraction``), which
     needs it to tell hard sets from easy ones.
@@ -135,14 +138,31 @@ def _agglm_filter(traces: Sequence[sf.Trace], answer: str, credited: list[Credit
     return [c for c in credited if c.role != "aggregate" or tuple(sorted(c.trace.inputs)) in keep]
 
 
+def train_step(
+    policy: TrainablePolicy, runs: Sequence[RewardedRun], config: LoopConfig, *, rng: random.Random | None = None
+) -> tuple[StepMetrics, list[Credited]]:
+    """Steps 4–5 of either loop: credit the rewarded runs, then update the policy once.
+
+    Returns the update's metrics, ``reward_mean`` set to the mean of every reward of the runs, and
+    the credited traces it trained on. ``rng`` drives the AggLM selection (``config.easy_fraction``);
+    the loops pass one generator, seeded with ``config.seed``, to every step.
+
+    Example:
+        >>> metrics, items = train_step(policy, [RewardedRun(traces, rewards, "4")], LoopConfig())  # doctest: +SKIP
+    """
+    items = credit_runs(runs, config, rng=rng)
+    metrics = policy.step(items)
+    return _with(metrics, reward_mean=_mean([value for run in runs for value in run.rewards.values()])), items
+
+
 def train_online(
-    policy: Any,
+    policy: RolloutPolicy,
     graph: sf.Graph,
     rows: Sequence[Mapping[str, Any]],
     config: LoopConfig | None = None,
     *,
     reward: Reward = math_reward,
-    engine: Any = None,
+    engine: sf.Backend | None = None,
     store: Any = DEFAULT,
     progress: bool = True,
     on_step: Callable[[StepMetrics], None] | None = None,
@@ -163,87 +183,45 @@ def train_online(
     """
     config = config or LoopConfig()
     engine = engine if engine is not None else policy.backend()
-    shared = getattr(engine, "model", None) is getattr(policy, "model", object())
     model = sf.Model(engine, params=dict(config.sampling))
     models = {alias: model for alias in graph.aliases}
     recorder = resolve_store(store)
-    log = Path(config.log_path) if config.log_path else None
     rng = random.Random(config.seed)
     feed = batches(rows, config.problems_per_step, config.seed)
-    start = getattr(policy, "steps_done", 0)
+    start = policy.steps_done
     for _ in range(start):  # a resumed run continues with the batches it had not seen
         next(feed)
-    history: list[StepMetrics] = []
+    journal = _Journal(policy, config, start=start, progress=progress, on_step=on_step)
     sampled = 0
-    bar = _progress(progress, config.steps, start)
     for step in range(start, config.steps):
         if config.token_budget is not None and sampled >= config.token_budget:
             break
         # 1) problems; 2) rollouts with the current policy
         batch = next(feed)
         started = time.perf_counter()
-        results = asyncio.run(_rollouts(graph, batch, models, config, step, store))
+        results = graph.map_sync([{"problem": row["problem"]} for row in batch], models=models,
+                                 concurrency=config.concurrency, seed=config.seed * 1_000_003 + step,
+                                 store=recorder, dataset=config.dataset)
         rollout_s = time.perf_counter() - started
         sampled += sum(r.usage.completion_tokens for r in results)
-        # 3) rewards, recorded; 4) credit
+        # 3) rewards, recorded
         answers = [str(batch[r.index or 0]["answer"]) for r in results]
-        rewards = [rewards_from(r.traces, answer, reward) for r, answer in zip(results, answers)]
-        if recorder is not None:
-            for result, given in zip(results, rewards):
-                for trace_id, value in given.items():
-                    recorder.add_reward(value, run_id=result.run_id, call_id=trace_id, source="trainer")
-        items = credit_runs([(r.traces, given, answer) for r, given, answer in zip(results, rewards, answers)],
-                            config, rng=rng)
-        rewards_seen = [value for given in rewards for value in given.values()]
-        # 5) update
-        metrics = policy.step(items)
+        runs = [_rewarded(result, answer, reward, recorder) for result, answer in zip(results, answers)]
+        # 4) credit; 5) update
+        metrics, items = train_step(policy, runs, config, rng=rng)
         # 6) refresh a separate rollout engine
-        if not shared:
-            policy.refresh(engine)
+        policy.refresh(engine)
         # 7) log, checkpoint
-        accuracy = sum(sf.equivalent(r.answer, a) for r, a in zip(results, answers)) / max(len(results), 1)
-        metrics = _with(metrics, reward_mean=_mean(rewards_seen) or 0.0, accuracy=accuracy,
-                        extra={**dict(metrics.extra), "rollout_s": round(rollout_s, 3), "sampled_tokens": sampled,
-                               "trained_traces": len(items), "rollout_traces": len(rewards_seen),
-                               "roles": _with_answers(metrics.extra.get("roles", {}), items)})
-        history.append(metrics)
-        _log(log, metrics)
-        if on_step is not None:
-            on_step(metrics)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(reward=f"{metrics.reward_mean:.3f}", acc=f"{accuracy:.2f}", loss=f"{metrics.loss:.4f}")
-        if config.checkpoint_dir and config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
-            policy.save(config.checkpoint_dir)
+        metrics = _with_rollouts(metrics, items, results, runs, rollout_s=rollout_s, sampled=sampled)
+        history = journal.record(metrics, step)
         if until is not None and until(history):
             break
-    if bar is not None:
-        bar.close()
-    if config.checkpoint_dir:
-        policy.save(config.checkpoint_dir)
-    return history
-
-
-def _with_answers(roles: Mapping[str, Mapping[str, Any]], items: Sequence[Credited]) -> dict[str, dict[str, Any]]:
-    """Per-role metrics plus the share of trained traces with an extracted answer (does a role's format drift?)."""
-    out = {role: dict(values) for role, values in roles.items()}
-    for role, values in out.items():
-        members = [item for item in items if item.role == role]
-        values["answered"] = sum(item.trace.answer is not None for item in members) / max(len(members), 1)
-    return out
-
-
-async def _rollouts(graph: sf.Graph, batch: list[Mapping[str, Any]], models: Mapping[str, Any], config: LoopConfig,
-                    step: int, store: Any) -> list[sf.RunResult]:
-    inputs = [{"problem": row["problem"]} for row in batch]
-    out = [r async for r in graph.map(inputs, models=models, concurrency=config.concurrency,
-                                      seed=config.seed * 1_000_003 + step, store=store, dataset=config.dataset)]
-    return sorted(out, key=lambda r: r.index or 0)
+    return journal.close()
 
 
 def train_offline(
-    policy: Any,
-    store: Any,
+    policy: TrainablePolicy,
+    store: sf.Store | str | os.PathLike[str],
     config: LoopConfig | None = None,
     *,
     answers: Mapping[str, str] | None = None,
@@ -260,8 +238,11 @@ def train_offline(
     Runs are selected by ``graph``, ``dataset``, ``model`` and time; each run's reference answer is
     ``answers[run.inputs["problem"]]``, or, without ``answers``, rewards recorded in the store
     (``store.add_reward``) are used as they are. ``config.steps`` optimiser steps are taken over
-    batches of ``problems_per_step`` runs. Traces must carry token ids and logprobs (record them
-    with ``logprobs=True`` on the nodes to train).
+    batches of ``problems_per_step`` runs (each one :func:`train_step`). Traces must carry token
+    ids and logprobs (record them with ``logprobs=True`` on the nodes to train).
+
+    Example:
+        >>> train_offline(policy, "runs.db", LoopConfig(steps=5), answers=answers, graph="spiral")  # doctest: +SKIP
     """
     config = config or LoopConfig()
     opened = store if isinstance(store, sf.Store) else sf.Store(store)
@@ -269,39 +250,97 @@ def train_offline(
                         newest_first=False)
     if not infos:
         raise ValueError("no recorded runs match the filters")
-    log = Path(config.log_path) if config.log_path else None
-    feed = batches(infos, config.problems_per_step, config.seed)  # type: ignore[arg-type]
     rng = random.Random(config.seed)
-    history: list[StepMetrics] = []
-    bar = _progress(progress, config.steps, 0)
-    for _ in range(config.steps):
-        runs: list[tuple[Sequence[sf.Trace], Mapping[str, float], str | None]] = []
-        for info in next(feed):
-            traces = opened.traces(info.id)  # type: ignore[attr-defined]
-            answer: str | None = None
-            if answers is not None:
-                problem = str(info.inputs.get("problem", ""))  # type: ignore[attr-defined]
-                if problem not in answers:
-                    raise KeyError(f"run {info.id} has no reference answer for its problem")  # type: ignore
-                answer = answers[problem]
-                given = rewards_from(traces, answer, reward)
-            else:
-                given = {r["call_id"]: float(r["value"]) for r in opened.rewards(info.id)  # type: ignore
-                         if r["call_id"] is not None}
-            runs.append((traces, given, answer))
-        metrics = policy.step(credit_runs(runs, config, rng=rng))
-        metrics = _with(metrics, reward_mean=_mean([value for _, given, _ in runs for value in given.values()]))
-        history.append(metrics)
-        _log(log, metrics)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    if config.checkpoint_dir:
-        policy.save(config.checkpoint_dir)
+    feed = batches(infos, config.problems_per_step, config.seed)
+    journal = _Journal(policy, config, start=0, progress=progress)
+    for step in range(config.steps):
+        runs = [_recorded(opened, info, answers, reward) for info in next(feed)]
+        metrics, _ = train_step(policy, runs, config, rng=rng)
+        journal.record(metrics, step)
+    history = journal.close()
     if opened is not store:
         opened.close()
     return history
+
+
+def _rewarded(result: sf.RunResult, answer: str, reward: Reward, recorder: sf.Store | None) -> RewardedRun:
+    """Step 3 online: reward the rollout's model traces against ``answer`` and record each reward in the store."""
+    given = rewards_from(result.traces, answer, reward)
+    if recorder is not None:
+        for trace_id, value in given.items():
+            recorder.add_reward(value, run_id=result.run_id, call_id=trace_id, source="trainer")
+    return RewardedRun(result.traces, given, answer)
+
+
+def _recorded(store: sf.Store, info: sf.RunInfo, answers: Mapping[str, str] | None, reward: Reward) -> RewardedRun:
+    """Step 3 offline: a stored run rewarded against its problem's answer, or with the rewards recorded for it."""
+    traces = store.traces(info.id)
+    if answers is None:
+        return RewardedRun(traces, {r["call_id"]: float(r["value"]) for r in store.rewards(info.id)
+                                    if r["call_id"] is not None})
+    problem = str(info.inputs.get("problem", ""))
+    if problem not in answers:
+        raise KeyError(f"run {info.id} has no reference answer for its problem")
+    return RewardedRun(traces, rewards_from(traces, answers[problem], reward), answers[problem])
+
+
+def _with_rollouts(metrics: StepMetrics, items: Sequence[Credited], results: Sequence[sf.RunResult],
+                   runs: Sequence[RewardedRun], *, rollout_s: float, sampled: int) -> StepMetrics:
+    """The online step's metrics: the share of runs whose final answer is right, the rollouts' figures, per role
+    the share of answered traces (``reward_mean`` is 0.0 rather than ``None`` when nothing was rewarded)."""
+    right = sum(sf.equivalent(result.answer, run.answer) for result, run in zip(results, runs))
+    return _with(metrics, reward_mean=metrics.reward_mean or 0.0, accuracy=right / max(len(results), 1),
+                 extra={**dict(metrics.extra), "rollout_s": round(rollout_s, 3), "sampled_tokens": sampled,
+                        "trained_traces": len(items), "rollout_traces": sum(len(run.rewards) for run in runs),
+                        "roles": _with_answers(metrics.extra.get("roles", {}), items)})
+
+
+def _with_answers(roles: Mapping[str, Mapping[str, Any]], items: Sequence[Credited]) -> dict[str, dict[str, Any]]:
+    """Per-role metrics plus the share of trained traces with an extracted answer (does a role's format drift?)."""
+    out = {role: dict(values) for role, values in roles.items()}
+    for role, values in out.items():
+        members = [item for item in items if item.role == role]
+        values["answered"] = sum(item.trace.answer is not None for item in members) / max(len(members), 1)
+    return out
+
+
+class _Journal:
+    """Step 7 of both loops: each step's metrics into the history, the JSONL log, ``on_step`` and the progress
+    bar; a checkpoint every ``config.checkpoint_every`` steps and one at the end (with ``config.checkpoint_dir``)."""
+
+    def __init__(self, policy: TrainablePolicy, config: LoopConfig, *, start: int, progress: bool,
+                 on_step: Callable[[StepMetrics], None] | None = None) -> None:
+        self.policy, self.config, self.on_step = policy, config, on_step
+        self.log = Path(config.log_path) if config.log_path else None
+        self.bar = _progress(progress, config.steps, start)
+        self.history: list[StepMetrics] = []
+
+    def record(self, metrics: StepMetrics, step: int) -> list[StepMetrics]:
+        """Keep, log and show the metrics of loop step ``step`` (0-based); returns the history so far."""
+        self.history.append(metrics)
+        _log(self.log, metrics)
+        if self.on_step is not None:
+            self.on_step(metrics)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(reward=_shown(metrics.reward_mean), acc=_shown(metrics.accuracy, ".2f"),
+                                 loss=f"{metrics.loss:.4f}")
+        every, directory = self.config.checkpoint_every, self.config.checkpoint_dir
+        if directory and every and (step + 1) % every == 0:
+            self.policy.save(directory)
+        return self.history
+
+    def close(self) -> list[StepMetrics]:
+        """Close the progress bar, save the final checkpoint; returns the history."""
+        if self.bar is not None:
+            self.bar.close()
+        if self.config.checkpoint_dir:
+            self.policy.save(self.config.checkpoint_dir)
+        return self.history
+
+
+def _shown(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _with(metrics: StepMetrics, **changes: Any) -> StepMetrics:

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scaffold._json import to_json
 from scaffold.backends._transformers import quiet_progress
 from trainers.batch import collate
 from trainers.loss import Normalise, k3, policy_loss, token_logprobs
@@ -265,7 +266,7 @@ class Policy:
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state()}, path / "rng.pt")
         state = {"model_dir": str(self.model_dir), "config": self.config.to_json(), "steps_done": self.steps_done,
-                 "python_rng": _jsonable(random.getstate())}
+                 "python_rng": to_json(random.getstate())}
         (path / CHECKPOINT_FILE).write_text(json.dumps(state, indent=2))
         return path
 
@@ -409,10 +410,6 @@ def _role_metrics(items: Sequence[Credited], totals: _Totals, *, measured_kl: bo
             "kl": (kl / kl_tokens if kl_tokens else None) if measured_kl else None,
         }
     return out
-
-
-def _jsonable(value: Any) -> Any:
-    return [_jsonable(v) for v in value] if isinstance(value, (tuple, list)) else value
 
 
 def _tuples(value: Any) -> Any:

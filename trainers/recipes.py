@@ -72,18 +72,16 @@ def recipe(
     temperature = {"aggregate_temperature": aggregate_temperature}
     prompts = {"prompt": prompt, "aggregate_prompt": aggregate_prompt}
     if name == "grpo":
-        return Recipe(name, graphs.grpo_group.build(samples=samples, prompt=prompt), {"scheme": "grpo"})
+        return Recipe(name, graphs.grpo_group.build(n=samples, prompt=prompt), {"scheme": "grpo"})
     if name in ("aggregator_only", "agglm"):
-        graph = graphs.agglm_data.build(samples=samples, set_size=set_size, aggregations=aggregations,
-                                        **prompts, **temperature)
+        graph = graphs.agglm_data.build(n=samples, k=set_size, aggregations=aggregations, **prompts, **temperature)
         return Recipe("aggregator_only", graph, {"scheme": "grpo", "roles": ("aggregate",), "easy_fraction": 0.5})
     if name in ("spiral", *ABLATIONS):
-        graph = graphs.spiral.build(search=samples, sets=sets, set_size=set_size, aggregations=aggregations,
-                                    **prompts, **temperature)
+        graph = graphs.spiral.build(n=samples, sets=sets, k=set_size, aggregations=aggregations, **prompts,
+                                    **temperature)
         roles = {"spiral_search_only": {"roles": ("search",)}, "spiral_aggregate_only": {"roles": ("aggregate",)}}
         return Recipe(name, graph, {"scheme": "spiral", **roles.get(name, {})})
     if name == "spiral_rsa":
-        graph = graphs.rsa.build(population=samples, subset_size=set_size, steps=rsa_steps, logprobs=True,
-                                 **prompts, **temperature)
+        graph = graphs.rsa.build(n=samples, k=set_size, steps=rsa_steps, logprobs=True, **prompts, **temperature)
         return Recipe(name, graph, {"scheme": "spiral"})
     raise ValueError(f"unknown recipe {name!r}; choose from {', '.join((*METHODS, *ABLATIONS))}")

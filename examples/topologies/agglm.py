@@ -29,9 +29,8 @@ def main() -> None:
     run = common.setup(args)
     solve = {"prompt": run.prompts["prompt"]} if run.pocket else {}
     aggregate = run.prompts["aggregate_prompt"] if run.pocket else None
-    agglm = graphs.agglm.build(candidates=args.candidates, **solve,
-                               **({"aggregate_prompt": aggregate} if aggregate else {}))
-    ssa = graphs.ssa.build(samples=args.candidates, **solve, **({"summary_prompt": aggregate} if aggregate else {}))
+    agglm = graphs.agglm.build(n=args.candidates, **solve, **({"aggregate_prompt": aggregate} if aggregate else {}))
+    ssa = graphs.ssa.build(n=args.candidates, **solve, **({"summary_prompt": aggregate} if aggregate else {}))
     results = common.evaluate("agglm", agglm, run)
     common.evaluate("ssa", ssa, run)
     voted = sum(sf.equivalent(majority(r.node("candidates")), run.rows[r.index or 0]["answer"]) for r in results)

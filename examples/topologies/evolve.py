@@ -1,7 +1,7 @@
 """Population evolution (Mind Evolution-style, without a fitness function) on the pocket model or any litellm model.
 
 Prints accuracy, tokens, calls and wall time, then the population's accuracy at each generation.
-Each child reads ``--parents`` members; the default is 4 because the pocket model was trained to
+Each child reads ``--parents`` members (the topology's ``k``); the default is 4 because the pocket model was trained to
 aggregate exactly 4 candidates (the topology's own default is 2).
 
 Usage: python examples/topologies/evolve.py [--population 8] [--generations 3] [--parents 4] [common options]
@@ -23,8 +23,7 @@ def main() -> None:
     run = common.setup(args)
     prompts = ({"prompt": run.prompts["prompt"], "evolve_prompt": run.prompts["aggregate_prompt"]}
                if run.pocket else {})
-    graph = graphs.evolve.build(population=args.population, generations=args.generations, parents=args.parents,
-                                **prompts)
+    graph = graphs.evolve.build(n=args.population, generations=args.generations, k=args.parents, **prompts)
     results = common.evaluate("evolve", graph, run)
     common.print_steps(results, run, "generation")
 

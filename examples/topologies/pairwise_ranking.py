@@ -30,7 +30,7 @@ def main() -> None:
     p.add_argument("--comparisons", type=int, default=2, help="comparisons per member and generation")
     args = p.parse_args()
     run = common.setup(args)
-    params: dict[str, Any] = {"population": args.population, "generations": args.generations,
+    params: dict[str, Any] = {"n": args.population, "generations": args.generations,
                               "elites": args.elites, "comparisons_per_member": args.comparisons}
     if run.pocket:
         params |= {"prompt": run.prompts["prompt"], "compare_prompt": run.prompts["aggregate_prompt"],

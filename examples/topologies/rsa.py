@@ -1,6 +1,7 @@
 """Recursive Self-Aggregation (Venkatraman et al. 2025) on the pocket model or any litellm model.
 
-Prints accuracy, tokens, calls and wall time, then the population's accuracy at each step.
+Prints accuracy, tokens, calls and wall time, then the population's accuracy at each step. ``--population``
+and ``--subset-size`` are the topology's ``n`` (N) and ``k`` (K).
 
 Usage: python examples/topologies/rsa.py [--population 8] [--subset-size 4] [--steps 3] [common options]
 """
@@ -19,8 +20,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
     run = common.setup(args)
-    graph = graphs.rsa.build(population=args.population, subset_size=args.subset_size, steps=args.steps,
-                             **run.prompts)
+    graph = graphs.rsa.build(n=args.population, k=args.subset_size, steps=args.steps, **run.prompts)
     results = common.evaluate("rsa", graph, run)
     common.print_steps(results, run, "step")
 
