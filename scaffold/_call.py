@@ -64,7 +64,17 @@ def call_seed(run_seed: int, node: str, index: int) -> int:
         >>> call_seed(0, "step0", 3) == call_seed(0, "step0", 3) != call_seed(1, "step0", 3)
         True
     """
-    return zlib.crc32(f"{run_seed}/{node}#{index}".encode()) & 0x7FFFFFFF
+    return index_seed(node_seed(run_seed, node), index)
+
+
+def node_seed(run_seed: int, node: str) -> int:
+    """The part of :func:`call_seed` that does not depend on the index (a call node computes it once per run)."""
+    return zlib.crc32(f"{run_seed}/{node}#".encode())
+
+
+def index_seed(node_part: int, index: int) -> int:
+    """:func:`call_seed` from its node part: the CRC of the seed string continued over the index."""
+    return zlib.crc32(b"%d" % index, node_part) & 0x7FFFFFFF
 
 
 # -- layers around Model.complete -------------------------------------------------------------
@@ -124,22 +134,27 @@ def sender(model: Model, alias: str | None, *, call_timeout: float | None, budge
 async def call(
     run: Run, node: CallNode, send: Send, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
 ) -> None:
-    """Answer one request of ``node`` (choices ``index ..``) into ``outs``; started as a task by the call kind."""
+    """Answer one request of ``node`` (choices ``index ..``) into ``outs``; started as a task by the call kind.
+
+    Loops rather than comprehensions here: a comprehension that reads this frame's variables turns them
+    into cells, allocated on every call; and no local may hold the task (see ``_cancelled_by_backend``).
+    """
     started, t0 = time.time(), time.perf_counter()
     try:
         try:
             if run.reuse and await reused(run, node, request, inputs, outs, index):
                 return
             if run.subscribers:
-                ids = tuple(f"{run.run_id}/{node.name}#{index + i}" for i in range(len(outs)))
-                run.emit(CallStarted(run.run_id, ids, node.alias or ""))
+                ids = []
+                for i in range(len(outs)):
+                    ids.append(f"{run.run_id}/{node.name}#{index + i}")
+                run.emit(CallStarted(run.run_id, tuple(ids), node.alias or ""))
             reply = await send(request)
             completions = reply.completions
             if len(completions) != request.n:
                 raise BackendError(f"backend returned {len(completions)} completions for n={request.n}")
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and not task.cancelling():  # the backend raised it, nobody cancelled us
+            if _cancelled_by_backend():
                 run.node_failed(node, outs, index, BackendError("the backend raised CancelledError"),
                                 request, inputs, started, time.perf_counter() - t0)
                 return
@@ -151,9 +166,10 @@ async def call(
             run.node_failed(node, outs, index, exc, request, inputs, started, time.perf_counter() - t0)
             return
         started, latency, attempt = reply.started, reply.latency, reply.attempts
+        traces = []
         try:  # a malformed completion or an extractor that raises is this call's failure
-            traces = [answered(run, node, request, inputs, index + i, completion, started, latency, attempt)
-                      for i, completion in enumerate(completions)]
+            for i, completion in enumerate(completions):
+                traces.append(answered(run, node, request, inputs, index + i, completion, started, latency, attempt))
         except Exception as exc:
             run.node_failed(node, outs, index, exc, request, inputs, started, latency)
             return
@@ -161,6 +177,16 @@ async def call(
             run.finish(slot, trace)
     finally:  # cheaper than a done-callback, which costs one more loop turn per call
         run.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+
+def _cancelled_by_backend() -> bool:
+    """True when a ``CancelledError`` came from the backend rather than from cancelling this task.
+
+    A function of its own: a task kept in the frame that handles its ``CancelledError`` makes a cycle
+    (task -> error -> traceback -> frame -> task) that only the cyclic collector frees.
+    """
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
 
 
 async def reused(

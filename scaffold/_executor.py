@@ -5,9 +5,10 @@ evaluation). A job counts the slots it still waits for; when the last one resolv
 There are no steps or barriers: in RSA, an aggregation of step t+1 is sent as soon as the k
 members it drew from step t are done.
 
-This module is the scheduler only: slots, jobs, failure policies and the main loop. How each
-node kind expands and what its jobs do is in :mod:`scaffold._kinds` (one module per kind); how
-a model call is sent and recorded is :mod:`scaffold._call`.
+This module is the scheduler only: failure policies and the main loop (slots and jobs are
+:mod:`scaffold._jobs`). How each node kind expands and what its jobs do is in
+:mod:`scaffold._kinds` (one module per kind); how a model call is sent and recorded is
+:mod:`scaffold._call`.
 
 The main loop, :meth:`Run.execute` (aliases were bound and inputs checked by ``Graph.run``):
   1) check the sizes only the inputs decide (candidate sets), before anything is sent,
@@ -21,6 +22,10 @@ Hot-path notes: records are built with generated slot setters (``record_maker``)
 hold plain ``(role, content)`` tuples, and a finished call removes itself from the task
 set instead of registering a done-callback: each saves CPU or garbage-collector work per
 call, which is what decides how close a 64-problem batch gets to its critical path.
+Nothing a run builds refers back to it (a job is given the run when it starts), and a finished
+run drops its error and the jobs still waiting, so reference counting frees every run,
+failed ones included: Python's cyclic collector, which pauses every run in the process,
+finds nothing to collect (``tests/test_executor_memory.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from scaffold._errors import (
     RunTimeout,
 )
 from scaffold._events import RunFinished, RunStarted, Subscriber, TraceFinished
+from scaffold._jobs import FunctionJob, Job, Slot
 from scaffold._kinds import expander
 from scaffold._nodes import Node, Quorum
 from scaffold._result import RunResult
@@ -58,27 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["ReuseSource", "Run", "Slot", "bind_models", "wrap_error"]
 
 SKIPPED = Trace(id="", run_id="", node="", index=-1, status=Status.SKIPPED)
-
-
-class Slot:
-    """Placeholder for one trace; resolved exactly once."""
-
-    __slots__ = ("trace", "waiters")
-
-    def __init__(self) -> None:
-        self.trace: Trace | None = None
-        self.waiters: list[_Job] | None = None
-
-
-class _Job:
-    __slots__ = ("missing", "skipped", "outs", "fire", "propagate")
-
-    def __init__(self, outs: list[Slot], fire: Callable[[], None], propagate: bool) -> None:
-        self.missing = 0
-        self.skipped = False
-        self.outs = outs
-        self.fire = fire
-        self.propagate = propagate
+_DEFAULT_CREATE_TASK = asyncio.BaseEventLoop.create_task
 
 
 def wrap_error(exc: BaseException, what: str = "") -> RunError:
@@ -130,9 +116,10 @@ class Run:
         self.done: asyncio.Future[None] | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set when the run starts
         self.memo: dict[int, Any] = {}
-        """Per-node values a kind computes once per run (a call node's template variables)."""
+        """Per-node values a kind computes once per run (a call node's template variables and seed part)."""
         self._senders: dict[str, Send] = {}
-        self._ready: list[_Job] | None = []
+        self._ready: list[Job] | None = []
+        self._plain_tasks = False
 
     skipped = SKIPPED
     """The value of a slot whose node did not run (its loop stopped, or a member it reads was skipped)."""
@@ -158,32 +145,33 @@ class Run:
 
     def start(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` as one of this run's tasks (it removes itself from ``tasks`` when it ends)."""
-        self.tasks.add(self.loop.create_task(work))
+        if self._plain_tasks:  # what loop.create_task does without a task factory, minus a Python call
+            self.tasks.add(asyncio.Task(work, loop=self.loop))
+        else:
+            self.tasks.add(self.loop.create_task(work))
 
     def ok(self, slots: list[Slot]) -> list[Trace]:
         """The successful traces of ``slots``."""
-        return [t for s in slots if (t := s.trace) is not None and t.status is Status.OK]
+        return ok_traces(slots)
 
     def control_slots(self, node: Node) -> list[Slot]:
         return [self.gate_tokens[node.control.id]] if node.control is not None else []
 
     def when_ready(
-        self, deps: list[Slot], outs: list[Slot], fire: Callable[[], None], *, propagate_skip: bool = True
+        self, node: Node, deps: Sequence[Slot], outs: list[Slot], fire: Callable[..., None],
+        args: tuple[Any, ...] = (), *, propagate_skip: bool = True,
     ) -> None:
-        """Fire ``fire`` once every slot in ``deps`` is resolved; skip ``outs`` instead if any was skipped
-        (unless ``propagate_skip`` is false: the job then decides itself, as a loop's result does)."""
-        job = _Job(outs, fire, propagate_skip)
-        missing = 0
-        for slot in deps:
-            trace = slot.trace
-            if trace is None:
-                missing += 1
-                if slot.waiters is None:
-                    slot.waiters = [job]
-                else:
-                    slot.waiters.append(job)
-            elif trace.status is Status.SKIPPED and propagate_skip:
-                job.skipped = True
+        """Call ``fire(run, node, *args)`` once every slot in ``deps`` (and the node's loop gate, if any) is
+        resolved; skip ``outs`` instead if any was skipped (unless ``propagate_skip`` is false: the job then
+        decides itself, as a loop's result does)."""
+        self.schedule(FunctionJob(node, outs, fire, args, propagate_skip), deps)
+
+    def schedule(self, job: Job, deps: Sequence[Slot]) -> None:
+        """Start ``job`` once every slot in ``deps`` (and its node's loop gate, if any) is resolved."""
+        missing = _wait_on(job, deps)
+        control = job.node.control
+        if control is not None:
+            missing += _wait_on(job, (self.gate_tokens[control.id],))
         job.missing = missing
         if not missing:
             if self._ready is not None:
@@ -221,15 +209,15 @@ class Run:
         if self.subscribers:
             self.emit(TraceFinished(trace))
 
-    def _fire(self, job: _Job) -> None:
+    def _fire(self, job: Job) -> None:
         if self.error is not None:
             return
         if job.skipped:
-            for slot in job.outs:
+            for slot in job.outputs():
                 self.resolve(slot, SKIPPED)
             return
         try:
-            job.fire()
+            job.start(self)
         except Exception as exc:  # user code (score, map fn, until, render...) raised: a typed error
             self.fail(exc if isinstance(exc, RunError) else wrap_error(exc))
 
@@ -335,6 +323,7 @@ class Run:
             self.emit(RunStarted(self.run_id, self.graph.name, dict(self.inputs), self.seed,
                                  dict(self.graph.params), self.graph.spec()))
         self.loop = asyncio.get_running_loop()
+        self._plain_tasks = self.loop.get_task_factory() is None and type(self.loop).create_task is _DEFAULT_CREATE_TASK
         self.done = self.loop.create_future()
         self.slots = [[] for _ in self.graph.nodes]
         status = "ok"
@@ -364,13 +353,47 @@ class Run:
             self.emit(RunFinished(result))
             if result.error is None and self.error is not None:  # a subscriber failed on RunFinished
                 result.status, result.error = "error", self.error
+        self._unlink()
         if status == "cancelled":
             raise asyncio.CancelledError
         return result
 
+    def _unlink(self) -> None:
+        """Break what would make a finished run a reference cycle, so reference counting frees it: jobs
+        still waiting on unresolved slots (they hold the sets they read), tasks cancelled before they
+        started (their error's traceback holds this run), and the error (the same)."""
+        if self.remaining:
+            for slots in self.slots:
+                for slot in slots:
+                    slot.waiters = None
+        self.tasks.clear()
+        self.error = None
+
+
+def _wait_on(job: Job, deps: Sequence[Slot]) -> int:
+    """Register ``job`` with every unresolved slot of ``deps``; how many there were."""
+    missing = 0
+    for slot in deps:
+        trace = slot.trace
+        if trace is None:
+            missing += 1
+            if slot.waiters is None:
+                slot.waiters = [job]
+            else:
+                slot.waiters.append(job)
+        elif trace.status is Status.SKIPPED and job.propagate:
+            job.skipped = True
+    return missing
+
+
+def ok_traces(slots: Sequence[Slot]) -> list[Trace]:
+    """The successful traces of ``slots``."""
+    # no walrus in these comprehensions: it would make a cell in the caller's frame on every call
+    return [s.trace for s in slots if s.trace is not None and s.trace.status is Status.OK]
+
 
 def _member_ids(slots: list[Slot]) -> list[str]:
-    return [t.id for s in slots if (t := s.trace) is not None and t.status is Status.OK and t.id]
+    return [t.id for t in ok_traces(slots) if t.id]
 
 
 def bind_models(graph: Graph, models: Mapping[str, Any] | None) -> dict[str, Model]:

@@ -188,7 +188,12 @@ class Graph:
         if recorder is not None:
             await recorder.wait()
         if result.error is not None and raise_on_error:
-            raise result.error
+            error = result.error
+            del result  # the traceback keeps this frame: a local leading back to the error would be a cycle
+            try:
+                raise error
+            finally:
+                del error
         return result
 
     def run_sync(self, inputs: Mapping[str, Any], **kwargs: Any) -> RunResult:

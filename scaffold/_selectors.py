@@ -89,8 +89,9 @@ class RandomSubsets:
         k, rand = self.k, rng.random
         out: Groups = []
         seen: set[frozenset[int]] = set()
+        members = list(range(size))
         while len(out) < self.n:
-            pool = list(range(size))
+            pool = members.copy()
             for i in range(k):
                 j = i + int(rand() * (size - i))
                 pool[i], pool[j] = pool[j], pool[i]

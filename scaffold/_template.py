@@ -34,26 +34,31 @@ class Template:
 
     text: str
     _names: tuple[str, ...] = field(init=False, repr=False, compare=False)
-    _format: str = field(init=False, repr=False, compare=False)
+    _first: str = field(init=False, repr=False, compare=False)
+    _pairs: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise TemplateError(f"a template must be a string, got {type(self.text).__name__}")
-        # Compiled once into a str.format pattern: rendering is then one C call.
-        pattern: list[str] = []
+        # Split once into literal text and placeholders: rendering then only joins strings
+        # (str.format_map would parse the whole template again on every call).
+        literals: list[str] = []
         names: list[str] = []
+        literal = ""
         pos = 0
         for m in _PART.finditer(self.text):
-            pattern.append(_escape(self.text[pos : m.start()]))
+            literal += self.text[pos : m.start()]
             if m.group(1) is None:  # escaped {{name}}: a literal {name}
-                pattern.append(_escape(m.group(0)[1:-1]))
+                literal += m.group(0)[1:-1]
             else:
-                pattern.append("{" + m.group(1) + "}")
+                literals.append(literal)
                 names.append(m.group(1))
+                literal = ""
             pos = m.end()
-        pattern.append(_escape(self.text[pos:]))
+        literals.append(literal + self.text[pos:])
         object.__setattr__(self, "_names", tuple(names))
-        object.__setattr__(self, "_format", "".join(pattern))
+        object.__setattr__(self, "_first", literals[0])
+        object.__setattr__(self, "_pairs", tuple(zip(names, literals[1:])))
 
     @property
     def variables(self) -> frozenset[str]:
@@ -73,14 +78,14 @@ class Template:
 
     def render(self, values: Mapping[str, Any]) -> str:
         """Fill the placeholders from ``values`` (values are converted with ``str``)."""
-        try:
-            return self._format.format_map(values)
-        except KeyError as exc:
-            raise TemplateError(f"no value for template variable {{{exc.args[0]}}}") from None
-
-
-def _escape(literal: str) -> str:
-    return literal.replace("{", "{{").replace("}", "}}")
+        out = [self._first]
+        for name, literal in self._pairs:
+            try:
+                value = values[name]
+            except KeyError:
+                raise TemplateError(f"no value for template variable {{{name}}}") from None
+            out += (value if value.__class__ is str else format(value, ""), literal)
+        return "".join(out)
 
 
 def as_template(value: str | Template) -> Template:

@@ -3,20 +3,57 @@ the group's members (and any context sets) exist; the request is then sent down 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from scaffold._call import call, call_seed
+from scaffold._call import call, index_seed, node_seed
 from scaffold._errors import EmptyInputError, InputError, SubsetSizeError
-from scaffold._kinds.registry import expands, members, when_ready
+from scaffold._jobs import Job, Slot
+from scaffold._kinds.registry import expands, members
 from scaffold._nodes import CallNode, Quorum
 from scaffold._template import format_candidates
 from scaffold._types import Request, Status, record_maker
 
 if TYPE_CHECKING:
     from scaffold._call import Send
-    from scaffold._executor import Run, Slot
+    from scaffold._executor import Run
 
 _new_request = record_maker(Request)
+
+
+class CallPlan(NamedTuple):
+    """What every request of one call node shares within a run."""
+
+    node: CallNode
+    send: Send
+    model_name: str | None
+    params: dict[str, Any]
+    items: list[Slot]
+    """The set the node reads (its groups index into it)."""
+    outs: list[Slot]
+    """The node's slots, every request's choices in order."""
+
+
+class CallJob(Job):
+    """One request: reads ``items[i]`` for ``i`` in ``group``, answers the ``count`` choices from ``index``.
+
+    Its own fields rather than a function job's argument tuple and a list of its slots: there is one
+    per model call, alive from the run's start until the call is sent.
+    """
+
+    __slots__ = ("plan", "group", "index", "count")
+
+    def __init__(self, plan: CallPlan, group: tuple[int, ...], index: int, count: int) -> None:
+        super().__init__(plan.node)
+        self.plan = plan
+        self.group = group
+        self.index = index
+        self.count = count
+
+    def outputs(self) -> list[Slot]:
+        return self.plan.outs[self.index : self.index + self.count]
+
+    def start(self, run: Run) -> None:
+        fire_call(run, self)
 
 
 @expands(CallNode)
@@ -37,36 +74,39 @@ def expand_call(run: Run, node: CallNode) -> list[Slot]:
     model = run.model(alias)
     caps = model.backend.capabilities
     batch = min(node.samples, caps.max_n or node.samples) if caps.supports_n else 1
-    send = run.sender(alias)
-    params = {**model.params, **node.params}
     outs = run.new_slots(len(groups) * node.samples)
+    plan = CallPlan(node, run.sender(alias), model.name, {**model.params, **node.params}, items, outs)
     index = 0
     for group in groups:
-        group_slots = [items[i] for i in group]
+        deps = [items[i] for i in group]
+        deps.extend(context)
         for start in range(0, node.samples, batch):
             count = min(batch, node.samples - start)
-            slots = outs[index : index + count]
-            when_ready(run, node, group_slots + context, slots, fire_call, send, model.name, params, group_slots,
-                       slots, index)
+            run.schedule(CallJob(plan, group, index, count), deps)
             index += count
     return outs
 
 
-def fire_call(run: Run, node: CallNode, send: Send, model_name: str | None, params: dict[str, Any],
-              group: list[Slot], outs: list[Slot], index: int) -> None:
+def fire_call(run: Run, job: CallJob) -> None:
     """Render the prompt from the group's successful members and start the call."""
-    read = [t for s in group if (t := s.trace) is not None and t.status is Status.OK]
-    if group and not read:
+    plan, index = job.plan, job.index
+    node, items, outs = plan.node, plan.items, job.outputs()
+    read = []  # a loop: a comprehension with a walrus would make a cell in this frame on every call
+    for i in job.group:
+        trace = items[i].trace
+        if trace is not None and trace.status is Status.OK:
+            read.append(trace)
+    if job.group and not read:
         run.node_failed(node, outs, index, EmptyInputError(f"every member read by {node.name!r} failed"))
         return
-    values = _values(run, node)
+    values, seed_part = _constants(run, node)
     if read or node.context:
         values = dict(values)
-        if group:
+        if job.group:
             values["candidates"] = (node.render or format_candidates)(read)
             values["k"] = len(read)
         for key, ctx in node.context.items():
-            ctx_traces = [t for s in run.slots[ctx.id] if (t := s.trace) is not None and t.ok]
+            ctx_traces = run.ok(run.slots[ctx.id])
             if not ctx_traces:
                 run.node_failed(node, outs, index, EmptyInputError(
                     f"every trace of context {key!r} read by {node.name!r} failed"))
@@ -76,16 +116,17 @@ def fire_call(run: Run, node: CallNode, send: Send, model_name: str | None, para
     user = ("user", node.prompt.render(values))  # plain tuples: see Message
     messages = (("system", node.system.render(values)), user) if node.system is not None else (user,)
     request = _new_request(
-        messages=messages, params=params, n=len(outs), logprobs=node.logprobs, model=model_name,
-        seed=call_seed(run.seed, node.name, index),
+        messages=messages, params=plan.params, n=len(outs), logprobs=node.logprobs, model=plan.model_name,
+        seed=index_seed(seed_part, index),
     )
-    run.start(call(run, node, send, request, tuple([t.id for t in read]), outs, index))
+    run.start(call(run, node, plan.send, request, tuple([t.id for t in read]), outs, index))
 
 
-def _values(run: Run, node: CallNode) -> dict[str, Any]:
-    """The node's template variables from the run's inputs and constants (computed once per run)."""
-    values = run.memo.get(node.id)
-    if values is None:
+def _constants(run: Run, node: CallNode) -> tuple[dict[str, Any], int]:
+    """The node's template variables from the run's inputs and constants, and the node's part of every
+    call seed (both computed once per run)."""
+    constants: tuple[dict[str, Any], int] | None = run.memo.get(node.id)
+    if constants is None:
         values = {}
         for var, (source, value) in node.variables.items():
             if source == "input":
@@ -94,5 +135,5 @@ def _values(run: Run, node: CallNode) -> dict[str, Any]:
                 values[var] = run.inputs[value]
             else:
                 values[var] = value
-        run.memo[node.id] = values
-    return values
+        constants = run.memo[node.id] = (values, node_seed(run.seed, node.name))
+    return constants

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from scaffold._errors import EmptySetError, GraphDefinitionError
@@ -51,5 +50,4 @@ def members(run: Run, node: Node, items: Node | None, *, nonempty: bool = True) 
 def when_ready(run: Run, node: Node, deps: Sequence[Slot], outs: list[Slot], fire: Callable[..., None], *args: Any,
                propagate_skip: bool = True) -> None:
     """Schedule ``fire(run, node, *args)`` for when ``deps`` (and the node's loop gate, if any) are resolved."""
-    run.when_ready([*deps, *run.control_slots(node)], outs, partial(fire, run, node, *args),
-                   propagate_skip=propagate_skip)
+    run.when_ready(node, deps, outs, fire, args, propagate_skip=propagate_skip)

@@ -35,10 +35,10 @@ def resolve_store(store: Any) -> Store | None:
 
     URLs and paths open one ``Store`` per process and target, shared by every run.
     """
-    from scaffold.store._store import Store
-
     if store is None or store is False:
         return None
+    from scaffold.store._store import Store
+
     if isinstance(store, Store):
         return store
     if store is DEFAULT:

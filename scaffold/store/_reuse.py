@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from scaffold._types import Request, Trace, TraceKind
 from scaffold.store import _codec as codec
@@ -55,6 +55,16 @@ class Replay:
         return [dataclasses.replace(t, request=request) for t in found]
 
 
+_CACHED_CALLS = (
+    select(CALLS)
+    .where(CALLS.c.request_key == bindparam("key"), CALLS.c.node == bindparam("node"),
+           CALLS.c.index.in_(bindparam("indices", expanding=True)), CALLS.c.status == "ok",
+           CALLS.c.kind == TraceKind.MODEL.value)
+    .order_by(CALLS.c.started_at.desc())
+)
+"""Built once: a statement built per lookup leaves reference cycles (about ten objects) for the collector."""
+
+
 class ResponseCache:
     """Looks requests up among the store's finished calls (any run) by request key, node and index."""
 
@@ -81,14 +91,9 @@ class ResponseCache:
         ]
 
     def _lookup(self, key: str, node: str, indices: Sequence[int]) -> dict[int, Trace]:
-        calls = CALLS.c
-        stmt = (select(CALLS)
-                .where(calls.request_key == key, calls.node == node, calls.index.in_(indices), calls.status == "ok",
-                       calls.kind == TraceKind.MODEL.value)
-                .order_by(calls.started_at.desc()))
         found: dict[int, Trace] = {}
         with self.store.engine.connect() as conn:
-            for row in conn.execute(stmt):
+            for row in conn.execute(_CACHED_CALLS, {"key": key, "node": node, "indices": list(indices)}):
                 mapping = row._mapping
                 if mapping["index"] not in found:
                     found[mapping["index"]] = codec.trace_from_row(mapping, (), None)

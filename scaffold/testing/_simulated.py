@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 import math
+import weakref
 from collections.abc import Callable
 from statistics import NormalDist
 
@@ -97,8 +98,13 @@ class SimulatedBackend:
         if when < self._timer_at:
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer, self._timer_at = loop.call_at(when, self._wake), when
+            self._timer, self._timer_at = self._arm(loop, when), when
         return fut
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> asyncio.TimerHandle:
+        # the timer reaches us through a weak reference: one still pending when its loop closes (a run
+        # that failed or timed out) would otherwise keep this backend in a reference cycle with it
+        return loop.call_at(when, _wake, weakref.ref(self))
 
     def _wake(self) -> None:
         loop = asyncio.get_running_loop()
@@ -110,4 +116,10 @@ class SimulatedBackend:
                 fut.set_result(None)
         self._timer, self._timer_at = None, math.inf
         if due:
-            self._timer, self._timer_at = loop.call_at(due[0][0], self._wake), due[0][0]
+            self._timer, self._timer_at = self._arm(loop, due[0][0]), due[0][0]
+
+
+def _wake(backend: weakref.ReferenceType[SimulatedBackend]) -> None:
+    alive = backend()
+    if alive is not None:
+        alive._wake()
