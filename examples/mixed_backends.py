@@ -37,17 +37,18 @@ def stand_in_api(request: ServerRequest) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problem", default="What is 17 + 25?")
-    parser.add_argument("--proposer", help="a litellm model name (default: a local stand-in server)")
-    parser.add_argument("--aggregator", help="a model spec: litellm name, transformers:/path or vllm:/path")
-    parser.add_argument("--api-base", help="api_base for a litellm aggregator (e.g. a vLLM server)")
+    parser.add_argument("--proposer", help="a model name, e.g. openai/gpt-4o-mini (default: a local stand-in server)")
+    parser.add_argument("--aggregator", help="a model spec: a model name, transformers:/path or vllm:/path")
+    parser.add_argument("--api-base", help="the aggregator's OpenAI-compatible server (e.g. a vLLM server)")
     args = parser.parse_args()
 
     with OpenAIServer(policy=stand_in_api) as server, tempfile.TemporaryDirectory() as scratch:
         server.inject(Fault.rate_limit(retry_after=0.2))  # the stand-in "API" refuses once; the retry recovers
-        proposer = args.proposer or sf.LiteLLMBackend("openai/gpt-4o-mini", api_base=server.base_url,
-                                                      api_key="sk-local-stand-in")
+        # the stand-in answers as "gpt-4o-mini", so its calls are priced from litellm's price map
+        proposer = args.proposer or sf.OpenAIBackend("gpt-4o-mini", base_url=server.base_url,
+                                                     api_key="sk-local-stand-in")
         if args.aggregator and args.api_base:
-            aggregator: object = sf.LiteLLMBackend(args.aggregator, api_base=args.api_base)
+            aggregator: object = sf.backends.backend_from_spec(args.aggregator, api_base=args.api_base)
         elif args.aggregator:
             aggregator = sf.Model(args.aggregator)
         else:

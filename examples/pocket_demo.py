@@ -13,8 +13,8 @@ otherwise), prints accuracy, tokens, calls and wall time per topology, and plots
 aggregation step (``out/pocket_demo.png``).
 
 ``--model`` runs the same graphs on any other model: a litellm name (``openai/gpt-4o-mini``, with
-its key in the environment), or a vLLM server (``hosted_vllm/NAME`` with ``--api-base``; add
-``--prompts pocket`` when it serves the pocket model).
+its key in the environment), or a vLLM server (``hosted_vllm/NAME`` with ``--api-base``, through the
+native OpenAI-compatible backend; add ``--prompts pocket`` when it serves the pocket model).
 
 Usage: python examples/pocket_demo.py [--problems 100] [--population 8] [--subset 4] [--steps 2]
        [--model NAME] [--api-base URL] [--prompts pocket|generic] [--plot PATH] [--pocket-dir DIR]
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--population", type=int, default=8)
     parser.add_argument("--subset", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2, help="RSA steps (2: the RSA of examples/train_spiral.py)")
-    parser.add_argument("--model", help="a litellm model name instead of the in-process pocket model")
+    parser.add_argument("--model", help="a model name (litellm's, or a server's with --api-base) instead of pocket")
     parser.add_argument("--api-base", help="the server of --model (e.g. a vLLM server's http://host:8000/v1)")
     parser.add_argument("--prompts", choices=["pocket", "generic"],
                         help="the pocket model's trained prompts, or generic ones (default: pocket without --model, "
@@ -132,8 +132,9 @@ def main() -> None:
         backend: Any = sf.TransformersBackend(path, max_batch_size=64)
         solver = sf.Model(backend, name=f"pocket:{path.name}", params={"temperature": 1.0})
     else:
-        extra = {"api_base": args.api_base} if args.api_base else {}
-        solver = sf.Model(sf.LiteLLMBackend(args.model, **extra), params={"temperature": 1.0}, max_in_flight=32)
+        extra = {"api_base": args.api_base} if args.api_base else {}  # a server: the native OpenAI-compatible backend
+        solver = sf.Model(sf.backends.backend_from_spec(args.model, **extra), params={"temperature": 1.0},
+                          max_in_flight=32)
     task = pocket_task(path) if path is not None else PocketTask()  # the task the model was trained on
     rows = task.problems(args.problems, seed=0, split="test")
 

@@ -71,13 +71,16 @@ from scaffold._rules import (
 )
 from scaffold._selectors import AllMembers, CustomSelector, Each, Pairs, Partition, RandomSubsets, Selector
 from scaffold._template import Template, format_candidates
-from scaffold._types import Completion, Message, Request, Status, Trace, TraceKind, Usage
+from scaffold._throttle import Throttle
+from scaffold._types import Completion, Delta, Finished, Message, Request, Status, Trace, TraceKind, Usage
 from scaffold.backends import (
     Backend,
     Capabilities,
     LiteLLMBackend,
     Model,
+    OpenAIBackend,
     Retry,
+    StreamingBackend,
     TransformersBackend,
     VLLMBackend,
     VLLMServer,
@@ -144,10 +147,12 @@ __all__ = [
     "equivalent",
     # backends
     "Backend",
+    "StreamingBackend",
     "Capabilities",
     "Model",
     "Retry",
     "Budget",
+    "OpenAIBackend",
     "LiteLLMBackend",
     "TransformersBackend",
     "VLLMBackend",
@@ -155,6 +160,7 @@ __all__ = [
     "load_models",
     "InFlightLimit",
     "RateLimit",
+    "Throttle",
     # the trajectory store
     "Store",
     "RunInfo",
@@ -168,6 +174,8 @@ __all__ = [
     "Message",
     "Completion",
     "Usage",
+    "Delta",
+    "Finished",
     "RunResult",
     # events
     "Event",

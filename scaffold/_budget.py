@@ -11,6 +11,7 @@ no dollars: a dollar budget cannot hold for models without a price, and says so 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from scaffold._errors import BudgetExceeded
@@ -22,7 +23,8 @@ class Budget:
     """Most tokens and/or dollars to spend; share one object to share the budget.
 
     Give it to ``graph.run(..., budget=...)`` for one run, or to ``graph.map(..., budget=...)``
-    for the whole batch.
+    for the whole batch. Thread-safe: runs on several threads (``run_sync`` from a thread pool)
+    may share one.
 
     Example:
         >>> budget = Budget(max_tokens=1_000, max_cost=0.50)
@@ -46,6 +48,7 @@ class Budget:
         self.refused = 0
         """Calls refused because they could pass a limit."""
         self._booked = 0
+        self._lock = threading.Lock()
 
     @property
     def remaining_tokens(self) -> int | None:
@@ -54,29 +57,30 @@ class Budget:
 
     def book(self, request: Request) -> int:
         """Reserve an estimate for ``request`` or raise :class:`BudgetExceeded`; returns the booked tokens."""
-        if self.max_cost is not None and self.cost >= self.max_cost:
-            self.refused += 1
-            raise BudgetExceeded(f"dollar budget spent: ${self.cost:.4f} of ${self.max_cost:.4f}")
-        booked = 0
-        if self.max_tokens is not None:
-            booked = estimate_tokens(request)
-            if self.tokens + self._booked + booked > self.max_tokens:
+        booked = estimate_tokens(request) if self.max_tokens is not None else 0
+        with self._lock:
+            if self.max_cost is not None and self.cost >= self.max_cost:
                 self.refused += 1
-                raise BudgetExceeded(
-                    f"token budget: {self.tokens} spent and {self._booked} booked of {self.max_tokens}; "
-                    f"this call may need {booked}"
-                )
-            self._booked += booked
+                raise BudgetExceeded(f"dollar budget spent: ${self.cost:.4f} of ${self.max_cost:.4f}")
+            if self.max_tokens is not None:
+                if self.tokens + self._booked + booked > self.max_tokens:
+                    self.refused += 1
+                    raise BudgetExceeded(
+                        f"token budget: {self.tokens} spent and {self._booked} booked of {self.max_tokens}; "
+                        f"this call may need {booked}"
+                    )
+                self._booked += booked
         return booked
 
     def settle(self, booked: int, completions: Sequence[Completion] | None) -> None:
         """Replace a booking by what the call really used (nothing when it failed)."""
-        self._booked -= booked
-        if completions and not any(c.usage.total_tokens for c in completions):
-            self.tokens += booked  # no usage reported: the estimate stands, or the budget would never run out
-        for completion in completions or ():
-            self.tokens += completion.usage.total_tokens
-            if completion.cost is None:
-                self.unpriced_calls += 1
-            else:
-                self.cost += completion.cost
+        with self._lock:
+            self._booked -= booked
+            if completions and not any(c.usage.total_tokens for c in completions):
+                self.tokens += booked  # no usage reported: the estimate stands, or the budget would never run out
+            for completion in completions or ():
+                self.tokens += completion.usage.total_tokens
+                if completion.cost is None:
+                    self.unpriced_calls += 1
+                else:
+                    self.cost += completion.cost

@@ -1,11 +1,12 @@
-"""Limits that several runs (and nested fan-out) share: in flight, per minute, and after 429s.
+"""Limits that several runs (and nested fan-out) share: in flight and per minute.
 
 - :class:`InFlightLimit`: at most ``n`` requests at once. Unlike ``asyncio.Semaphore`` it is
   not tied to the first event loop that used it, so one :class:`~scaffold.backends.Model`
   can serve ``run_sync`` calls made one after another, or at once from several threads;
   it measures its peak.
 - :class:`RateLimit`: requests or tokens per minute, paced evenly with a small burst.
-- :class:`Throttle`: the pace learned from a provider's 429 answers.
+
+The pace a provider's 429 answers impose is :class:`~scaffold._throttle.Throttle`.
 """
 
 from __future__ import annotations
@@ -158,83 +159,3 @@ class RateLimit:
                     self.reserve(cost, now=now)
                     return
                 await asyncio.sleep(min(delay, 0.05))
-
-
-class Throttle:
-    """Slows one model's requests down after it answers 429, and speeds up again.
-
-    No provider publishes its live limit, so the pace is learned (additive-increase,
-    multiplicative-decrease on the request rate): the first 429 holds every request back
-    for the provider's ``Retry-After`` and sets the pace to it, at most one second (without one, to the spacing
-    of the recent successes); each further 429 slows the pace by 5%; each success after
-    a quiet spell (no 429 for twenty paces, at least one second) speeds it up by 1%, and
-    once the pace is negligible the throttle is off. Providers' limits are steady, so the
-    probing is slow: every 429 costs a round trip and the client's time. 429s for requests that were already in flight
-    when the pace last changed count once.
-
-    Example:
-        >>> throttle = Throttle()
-        >>> throttle.delay(now=0.0)
-        0.0
-        >>> throttle.rate_limited(retry_after=0.5, sent_at=0.0, now=0.0)
-        >>> throttle.delay(now=0.0), throttle.delay(now=0.0)
-        (0.5, 1.0)
-    """
-
-    __slots__ = ("window", "interval", "_tat", "_successes", "_last_limited", "limited")
-
-    def __init__(self, window: float = 2.0) -> None:
-        self.window = window
-        self.interval = 0.0
-        """Current pace in seconds between request starts (0: not throttled)."""
-        self.limited = 0
-        """How many 429s changed the pace."""
-        self._tat = float("-inf")
-        self._successes: deque[float] = deque()
-        self._last_limited = float("-inf")
-
-    def delay(self, *, now: float | None = None) -> float:
-        """Seconds the next request must wait; books its start."""
-        now = time.monotonic() if now is None else now
-        if self._tat <= now and self.interval == 0.0:
-            return 0.0
-        start = max(now, self._tat)
-        self._tat = start + self.interval
-        return start - now
-
-    def give_back(self) -> None:
-        """A request booked by :meth:`delay` gave up before starting: free its place in the pace."""
-        self._tat -= self.interval
-
-    def succeeded(self, *, now: float | None = None) -> None:
-        """Count a success; speed up after a quiet spell."""
-        now = time.monotonic() if now is None else now
-        successes = self._successes
-        successes.append(now)
-        if len(successes) > 64:
-            successes.popleft()
-        if self.interval and now - self._last_limited > max(1.0, 20 * self.interval):
-            self.interval *= 0.99
-            if self.interval < 1e-3:
-                self.interval = 0.0
-
-    def rate_limited(self, retry_after: float | None, sent_at: float, *, now: float | None = None) -> None:
-        """React to a 429 for a request sent at ``sent_at`` (``time.monotonic()``)."""
-        now = time.monotonic() if now is None else now
-        wait = retry_after if retry_after is not None and retry_after > 0 else None
-        if self.interval == 0.0:
-            self._tat = max(self._tat, now + (wait or 0.0))
-        if sent_at < self._last_limited:  # already in flight when the pace last changed
-            return
-        self._last_limited = now
-        self.limited += 1
-        if self.interval:
-            self.interval = min(self.interval * 1.05, 60.0)
-            return
-        recent = [t for t in self._successes if t >= now - self.window]
-        if wait is not None:
-            self.interval = min(wait, 1.0)  # a long Retry-After is a pause, not a pace
-        elif len(recent) >= 3 and recent[-1] > recent[0]:
-            self.interval = (recent[-1] - recent[0]) / (len(recent) - 1)
-        else:
-            self.interval = 0.05

@@ -157,6 +157,44 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of one choice's text, as a streaming backend produces it (see ``Backend.stream``).
+
+    The texts of a choice's deltas, in order, concatenate to the final :class:`Completion`'s text.
+
+    Example:
+        >>> Delta(choice=0, text="so the").text
+        'so the'
+    """
+
+    choice: int
+    """Index of the choice (``0`` to ``n - 1``) this piece belongs to."""
+    text: str
+    """New text since the choice's previous delta (may be empty when only tokens arrived)."""
+    token_ids: tuple[int, ...] | None = None
+    """Token ids generated since the previous delta, when the backend gives them."""
+    logprobs: tuple[float, ...] | None = None
+    """Sampling logprobs of those tokens, when asked for and given."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The last item of a stream: the same completions ``complete`` would have returned, one per choice.
+
+    Example:
+        >>> Finished((Completion(text="4"),)).completions[0].text
+        '4'
+    """
+
+    completions: tuple[Completion, ...]
+    """One record per choice, in choice order, with usage, finish reason, token ids and cost."""
+
+
+StreamItem = Delta | Finished
+"""What ``Backend.stream`` yields: any number of :class:`Delta`, then exactly one :class:`Finished`."""
+
+
+@dataclass(frozen=True, slots=True)
 class Trace:
     """One recorded output of a run: a model call, a rule aggregation or an external input.
 

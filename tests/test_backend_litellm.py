@@ -276,8 +276,9 @@ def test_api_keys_never_reach_records_logs_or_errors(server, monkeypatch, caplog
     caplog.set_level(logging.DEBUG)
     from_env = sf.Model(sf.LiteLLMBackend("hosted_vllm/test-model", api_base=server.base_url,
                                           api_key_env="SCAFFOLD_TEST_KEY"), retry=FAST)
-    from_params = sf.Model("hosted_vllm/test-model", params={"api_key": KEY, "temperature": 0.5}, retry=FAST)
-    from_params.backend.api_base = server.base_url  # type: ignore[attr-defined]
+    from_params = sf.Model("litellm:hosted_vllm/test-model", params={"api_key": KEY, "temperature": 0.5}, retry=FAST)
+    assert isinstance(from_params.backend, sf.LiteLLMBackend)
+    from_params.backend.api_base = server.base_url
     records = [run(sample_then_aggregate, from_env), run(sample_then_aggregate, from_params)]
     server.inject(Fault.server_error(500), times=10)
     with pytest.raises(sf.CallError) as info:
@@ -300,11 +301,13 @@ def test_missing_key_variable_is_named(monkeypatch):
 
 
 def test_one_registry_file_mixes_an_api_model_and_a_local_backend(server, tmp_path, monkeypatch):
-    """Aliases loaded from TOML point one graph at the HTTP server and a scripted local backend."""
+    """Aliases loaded from TOML (``backend = "litellm"`` chosen explicitly) point one graph at the HTTP server
+    and a scripted local backend."""
     monkeypatch.setenv("SCAFFOLD_TEST_KEY", KEY)
     path = tmp_path / "models.toml"
     path.write_text(f"""
 [models.proposer]
+backend = "litellm"
 model = "hosted_vllm/test-model"
 api_base = "{server.base_url}"
 api_key_env = "SCAFFOLD_TEST_KEY"
@@ -315,6 +318,7 @@ retry = {{ attempts = 3, initial_delay = 0.01 }}
 """)
     models = sf.load_models(path)
     assert models["proposer"].limit.limit == 2 and models["proposer"].retry.attempts == 3
+    assert isinstance(models["proposer"].backend, sf.LiteLLMBackend)
 
     @sf.graph
     def moa(problem):

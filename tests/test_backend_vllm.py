@@ -441,6 +441,84 @@ def test_graph_through_litellm_to_the_vllm_server_records_exact_ids_and_logprobs
 
 
 @pytest.mark.slow
+def test_native_backend_to_the_vllm_server_records_exact_ids_and_logprobs(server: VLLMServer, hf: Any,
+                                                                          tokenizer: Any) -> None:
+    """sample-then-aggregate through ``sf.OpenAIBackend``: one n=4 request, ids and logprobs equal transformers'."""
+    backend = sf.OpenAIBackend(server.model_name, base_url=server.base_url)
+    model = sf.Model(backend, params={"max_tokens": 12, "temperature": 1.0})
+
+    @sf.graph
+    def g(problem):
+        pop = sf.sample("{problem}", model="m", n=4, logprobs=True)
+        return sf.aggregate(pop, model="m", logprobs=True)
+
+    result = g.run_sync({"problem": QUESTION}, models={"m": model}, seed=3)
+    samples = [t for t in result.traces if t.node == "sample"]
+    assert len(samples) == 4 and len({t.token_ids for t in samples}) > 1
+    prompt = prompt_ids(tokenizer)
+    for trace in samples:
+        assert trace.token_ids is not None and trace.logprobs is not None
+        assert len(trace.token_ids) == len(trace.logprobs) == trace.usage.completion_tokens
+        assert_close(trace.logprobs, reference_logprobs(hf, prompt, trace.token_ids))
+        assert trace.text == decoded(tokenizer, trace.token_ids) and trace.cost is None
+    assert sum(t.usage.prompt_tokens for t in samples) == len(prompt)  # counted once, split over the choices
+    final = result.traces[-1]
+    assert final.node == "aggregate" and set(final.inputs) == {t.id for t in samples} and final.token_ids
+
+
+@pytest.mark.slow
+def test_native_backend_streams_from_the_vllm_server(server: VLLMServer, hf: Any, tokenizer: Any) -> None:
+    """A streamed n=2 chat and a streamed completion: deltas add up to the text, per-chunk token ids to the
+    completion's ids (whose logprobs match transformers'), usage arrives; the same seed unstreamed agrees."""
+    backend = sf.OpenAIBackend(server.model_name, base_url=server.base_url)
+    chat_request = chat(n=2, logprobs=True, seed=5, max_tokens=10)
+    text_request = Request(prompt="The answer is", params={"max_tokens": 6, "temperature": 0}, logprobs=True)
+
+    async def main() -> tuple[list[Any], list[Any], list[Completion]]:
+        try:
+            streamed = [item async for item in backend.stream(chat_request)]
+            text = [item async for item in backend.stream(text_request)]
+            return streamed, text, list(await backend.complete(chat_request))
+        finally:
+            await backend.release_loop()
+
+    streamed, text, plain = asyncio.run(main())
+    prompt = prompt_ids(tokenizer)
+    for items, n in ((streamed, 2), (text, 1)):
+        *deltas, finished = items
+        assert isinstance(finished, sf.Finished) and len(finished.completions) == n
+        for index, completion in enumerate(finished.completions):
+            mine = [d for d in deltas if d.choice == index]
+            assert "".join(d.text for d in mine) == completion.text
+            assert tuple(i for d in mine for i in d.token_ids or ()) == completion.token_ids
+            assert completion.token_ids and completion.usage.completion_tokens == len(completion.token_ids)
+            assert completion.usage.prompt_tokens > 0
+    for completion in streamed[-1].completions:
+        assert_close(completion.logprobs, reference_logprobs(hf, prompt, completion.token_ids))
+    assert [c.token_ids for c in streamed[-1].completions] == [c.token_ids for c in plain]
+    assert len(text[-1].completions[0].token_ids or ()) == 6
+
+
+@pytest.mark.slow
+def test_native_backend_maps_the_vllm_servers_refusals(server: VLLMServer) -> None:
+    """vLLM's own 4xx answers: a prompt past the context is a ContextLengthError, an unknown model a BadRequestError."""
+    async def failure(backend: sf.OpenAIBackend, request: Request) -> BackendError:
+        try:
+            await backend.complete(request)
+        except BackendError as exc:
+            return exc
+        finally:
+            await backend.release_loop()
+        raise AssertionError("the request did not fail")
+
+    too_long = asyncio.run(failure(sf.OpenAIBackend(server.model_name, base_url=server.base_url),
+                                   Request(prompt="x " * 1200, params={"max_tokens": 4})))
+    unknown = asyncio.run(failure(sf.OpenAIBackend("no-such-model", base_url=server.base_url), chat(max_tokens=2)))
+    assert isinstance(too_long, sf.ContextLengthError) and not too_long.retryable
+    assert isinstance(unknown, sf.BadRequestError) and unknown.status_code == 404 and not unknown.retryable
+
+
+@pytest.mark.slow
 def test_server_completions_return_token_ids_per_choice(server: VLLMServer, tokenizer: Any) -> None:
     """``/v1/completions`` returns ids under each choice, the prompt's too, and ``token_logprobs``."""
     import httpx
@@ -515,7 +593,7 @@ def test_a_vllm_server_serves_the_pocket_model_directory(pocket_quick: tuple[Pat
         local.close()
     server = VLLMServer(path, model_name="pocket").start()
     try:
-        remote = sf.Model(sf.LiteLLMBackend("hosted_vllm/pocket", api_base=server.base_url))
+        remote = sf.Model(sf.backends.backend_from_spec("hosted_vllm/pocket", api_base=server.base_url))
         served = solve.build().map_sync(inputs, models={"pocket": remote}, store=None, concurrency=16)
     finally:
         server.stop()

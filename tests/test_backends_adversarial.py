@@ -187,8 +187,8 @@ def test_a_run_timeout_while_calls_wait_on_the_rate_limit_gives_every_place_back
 # -- 429s and Retry-After --------------------------------------------------------------------------------
 
 
-def test_a_huge_retry_after_is_capped_for_the_retry_and_for_every_later_request():
-    """Retry-After of a day is capped at ``max_retry_after``: neither the retry nor the shared pace waits a day."""
+def test_a_huge_retry_after_is_capped_and_holds_back_no_other_request():
+    """Retry-After of a day is capped at ``max_retry_after`` for the retry, and later requests do not wait at all."""
     backend = ScriptedBackend(failing_first(1, lambda: sf.RateLimitError("come back tomorrow", retry_after=86_400.0)))
     model = sf.Model(backend, retry=Retry(attempts=3, max_retry_after=0.05))
 
@@ -199,7 +199,7 @@ def test_a_huge_retry_after_is_capped_for_the_retry_and_for_every_later_request(
     t0 = time.monotonic()
     asyncio.run(main())
     assert time.monotonic() - t0 < 1.0
-    assert model.throttle.interval <= 0.05
+    assert model.throttle.refused == 1 and model.throttle.rate is None
 
 
 @pytest.mark.parametrize("usegmt", [True, False], ids=["GMT", "-0000"])
@@ -227,8 +227,8 @@ def test_unusable_retry_after_values_are_ignored(retry_after_headers, headers, e
     assert error.retry_after == expected
 
 
-def test_a_429_without_retry_after_backs_off_and_slows_the_model(retry_after_headers):
-    """A bare 429 is retried after the policy's own backoff, and the model's shared pace engages."""
+def test_a_429_without_retry_after_backs_off_and_one_429_does_not_slow_the_model(retry_after_headers):
+    """A bare 429 is retried after the policy's own backoff; one 429 is no limit, so the model is not paced."""
     assert retry_after_headers == []  # no headers at all
     with OpenAIServer() as server:
         server.inject(Fault.rate_limit(1.0))
@@ -238,7 +238,7 @@ def test_a_429_without_retry_after_backs_off_and_slows_the_model(retry_after_hea
         first, second = server.arrivals[:2]
     assert result.status == "ok" and result.traces[0].attempt == 2
     assert second - first >= 0.09
-    assert model.throttle.limited == 1 and model.throttle.interval > 0
+    assert model.throttle.refused == 1 and model.throttle.limited == 0 and model.throttle.rate is None
 
 
 def test_a_request_larger_than_the_token_burst_is_sent_and_its_tokens_paid_by_the_next():

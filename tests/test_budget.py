@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 from helpers import boxed, chain
 
 import scaffold as sf
-from scaffold._types import Completion, Usage
+from scaffold._types import Completion, Request, Usage
 from scaffold.testing import ScriptedBackend
 
 
@@ -74,3 +77,31 @@ def test_budget_needs_a_positive_limit():
         sf.Budget()
     with pytest.raises(ValueError):
         sf.Budget(max_tokens=0)
+
+
+@pytest.fixture
+def fast_thread_switching():
+    """Threads switch every microsecond (not every 5 ms), so an unlocked counter would lose updates."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+def test_a_budget_shared_by_threads_counts_every_call_exactly(fast_thread_switching):
+    """Runs on several threads booking and settling one Budget lose no token and pass no limit."""
+    budget = sf.Budget(max_tokens=10_000_000)
+    request = Request(messages=(("user", "x" * 40),), params={"max_tokens": 10})
+    completion = Completion(text="y", usage=Usage(prompt_tokens=3, completion_tokens=4), cost=0.5)
+
+    def hammer():
+        for _ in range(5_000):
+            budget.settle(budget.book(request), [completion])
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert budget.tokens == 8 * 5_000 * 7 and budget.remaining_tokens == 10_000_000 - budget.tokens
+    assert budget.cost == pytest.approx(8 * 5_000 * 0.5)

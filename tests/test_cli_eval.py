@@ -99,8 +99,8 @@ def test_eval_reports_rsa_steps_and_the_aggregation_gain(pocket_quick: tuple[Pat
 
 @pytest.mark.slow
 def test_eval_of_an_api_model_over_http_records_dollars_and_never_the_key(tmp_path: Path) -> None:
-    """litellm over real HTTP to the stand-in server named gpt-4o-mini: every call served once, priced from
-    litellm's map; the key appears in no output, no file and not in the store."""
+    """The native backend over real HTTP to the stand-in server named gpt-4o-mini: every call served once, priced
+    from litellm's map; the key appears in no output, no file and not in the store."""
     data, db, out = write_problems(tmp_path / "p.jsonl", 5), tmp_path / "runs.db", tmp_path / "out"
     with OpenAIServer(policy=adder) as server:
         done = scaffold("--store", str(db), "eval", "self_consistency", "-p", "n=2", "--data", str(data),

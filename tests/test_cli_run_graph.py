@@ -150,7 +150,8 @@ def test_run_on_the_pocket_model_reports_and_records(pocket_quick: tuple[Path, A
 
 @pytest.mark.slow
 def test_run_on_an_api_model_over_http(tmp_path: Path) -> None:
-    """--model/--api-base through litellm to a stand-in server: right answer, one choice per call, key never shown."""
+    """--model/--api-base through the native backend to a stand-in server: right answer, one choice per call, key
+    never shown."""
     graph = build_topology("self_consistency", {"n": "3"})
     with OpenAIServer(policy=sum_policy, api_key=FAKE_KEY) as server:
         done = scaffold("run", "self_consistency", "-p", "n=3", "--model", "openai/stand-in", "--api-base",

@@ -1,4 +1,4 @@
-"""Every topology example runs on the pocket model and, through litellm, on a local OpenAI-compatible server."""
+"""Every topology example runs on the pocket model and, over HTTP, on a local OpenAI-compatible server."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_example_runs_on_the_pocket_model(script: Path, pocket_quick: tuple[Path
 @pytest.mark.slow
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs_on_an_api_model_over_http(script: Path, tmp_path: Path) -> None:
-    """--model/--api-base: the example's calls go through litellm to a local server; a perfect model scores 1.0."""
+    """--model/--api-base: the example's calls go over HTTP to a local server; a perfect model scores 1.0."""
     with OpenAIServer(policy=answer_anything) as server:
         rows = run_example(script, "--model", "openai/stand-in", "--api-base", server.base_url,
                            env={"OPENAI_API_KEY": "sk-stand-in", "SCAFFOLD_STORE": str(tmp_path / "runs.db")})

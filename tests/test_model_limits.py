@@ -11,7 +11,7 @@ import pytest
 from helpers import boxed, max_in_window
 
 import scaffold as sf
-from scaffold._limits import RateLimit, Throttle
+from scaffold._limits import RateLimit
 from scaffold._types import Completion, Request, Usage
 from scaffold.backends import Retry
 from scaffold.testing import ScriptedBackend
@@ -210,7 +210,7 @@ def test_one_model_object_shares_its_in_flight_limit_across_runs():
 
 
 def test_a_rate_limited_model_slows_all_runs_down_then_recovers():
-    """After 429s every run shares the learned pace; all calls finish, each answered exactly once."""
+    """After a burst of 429s every run shares one pace; all calls finish, each answered exactly once."""
     accepted: list[float] = []
     next_free = [0.0]
     interval = 0.02  # the "provider" accepts 50 requests per second
@@ -244,23 +244,6 @@ def test_rate_limit_pacing_is_first_come_first_served():
     assert limit.reserve(now=100.0) == 2.0
 
 
-def test_throttle_learns_the_pace_and_speeds_up_after_a_quiet_spell():
-    """The first 429 sets the pace from Retry-After; further 429s slow it; quiet successes speed it up."""
-    throttle = Throttle()
-    throttle.rate_limited(retry_after=0.1, sent_at=10.0, now=10.0)
-    throttle.rate_limited(retry_after=0.1, sent_at=9.99, now=10.01)  # was in flight: counted once
-    assert throttle.limited == 1 and throttle.interval == pytest.approx(0.1)
-    assert throttle.delay(now=10.0) == pytest.approx(0.1)  # Retry-After first, then one per pace
-    assert throttle.delay(now=10.0) == pytest.approx(0.2)
-    throttle.rate_limited(retry_after=0.1, sent_at=10.1, now=10.2)
-    assert throttle.interval == pytest.approx(0.105)
-    throttle.succeeded(now=10.3)  # too soon after a 429: no change
-    assert throttle.interval == pytest.approx(0.105)
-    for i in range(1000):
-        throttle.succeeded(now=13.0 + i * 0.01)
-    assert throttle.interval == 0.0  # sped back up until the throttle switched off
-
-
 def test_credentials_in_params_never_reach_requests():
     """``api_key`` in a Model's params is handed to the backend and removed from every recorded request."""
     backend = sf.LiteLLMBackend("hosted_vllm/tiny", api_base="http://127.0.0.1:9/v1")
@@ -272,10 +255,12 @@ def test_credentials_in_params_never_reach_requests():
 
 
 def test_model_spec_strings_build_backends():
-    """A string binding becomes a litellm backend; ``transformers:`` / ``vllm:`` prefixes pick local engines."""
+    """A string binding becomes a backend: ``hosted_vllm/`` the native OpenAI-compatible one, ``litellm:`` forces
+    litellm (``transformers:`` / ``vllm:`` prefixes pick local engines)."""
     model = sf.Model("hosted_vllm/tiny")
-    assert isinstance(model.backend, sf.LiteLLMBackend)
+    assert isinstance(model.backend, sf.OpenAIBackend) and model.backend.model == "tiny"
     assert model.name == "hosted_vllm/tiny"
+    assert isinstance(sf.Model("litellm:hosted_vllm/tiny").backend, sf.LiteLLMBackend)
     assert isinstance(Request(messages=(("user", "x"),)), Request)
 
 

@@ -226,7 +226,7 @@ def test_bad_requests_unknown_paths_and_policy_errors(http: httpx.Client) -> Non
         assert http.post(chat_url, content=b"{not json").status_code == 400
         assert http.post(chat_url, json={"model": "m", "messages": []}).status_code == 400
         assert http.post(completions_url, json={"model": "m", "prompt": "x", "n": 0}).status_code == 400
-        assert http.post(chat_url, json={"messages": USER, "stream": True}).status_code == 400
+        assert http.post(chat_url, json={"messages": USER, "stream": "yes"}).status_code == 400
         assert http.get(server.base_url + "/nothing").status_code == 404
         assert http.get(chat_url).status_code == 405
         failed = http.post(chat_url, json={"messages": [{"role": "user", "content": "boom"}]})
@@ -297,6 +297,18 @@ def test_malformed_fault_is_200_with_invalid_json(server: OpenAIServer, client: 
     with pytest.raises(json.JSONDecodeError):
         response.json()
     assert server.answered == 0 and server.status_counts == {200: 2}
+
+
+def test_truncated_fault_cuts_the_body_its_content_length_promised(server: OpenAIServer, client: openai.OpenAI,
+                                                                   chat: Chat) -> None:
+    """``Fault.truncated`` sends half of a JSON answer under a Content-Length for all of it, then closes."""
+    server.inject(Fault.truncated(), times=2)
+    with pytest.raises(openai.APIConnectionError):
+        client.chat.completions.create(model="m", messages=USER)
+    with pytest.raises(httpx.RemoteProtocolError):
+        chat(server)
+    assert client.chat.completions.create(model="m", messages=USER).choices
+    assert server.answered == 1 and [record.fault for record in server.requests][:2] == [Fault.truncated()] * 2
 
 
 def test_drop_fault_closes_the_connection(server: OpenAIServer, client: openai.OpenAI, chat: Chat) -> None:

@@ -346,7 +346,7 @@ def test_cli_problems_writes_the_default_task_and_rejects_impossible_requests(tm
 
 
 @pytest.mark.slow
-def test_demo_runs_on_an_api_model_through_litellm(tmp_path: Path) -> None:
+def test_demo_runs_on_an_api_model_over_http(tmp_path: Path) -> None:
     """--model/--api-base: the same topologies over HTTP to an OpenAI-compatible server, with generic prompts."""
     import re
 

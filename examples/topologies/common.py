@@ -2,8 +2,9 @@
 
 By default the examples run on the pocket model (built or loaded from the cache; no key, no
 GPU) over held-out pocket problems, with the prompts it was trained on. ``--model`` runs them on
-any litellm model (``openai/gpt-4o-mini`` with ``OPENAI_API_KEY`` set, ``hosted_vllm/NAME`` with
-``--api-base``) with the topologies' default prompts; ``--data`` reads problems from a JSONL file
+any litellm model (``openai/gpt-4o-mini`` with ``OPENAI_API_KEY`` set) or a model on an
+OpenAI-compatible server (``hosted_vllm/NAME``, or any name with ``--api-base``: the native
+``sf.OpenAIBackend``) with the topologies' default prompts; ``--data`` reads problems from a JSONL file
 with ``problem`` and ``answer`` fields (``../shared/data/math500.jsonl``, say). Every alias of a
 topology (solver, judge, aggregator, proposers) is bound to that one model unless the example
 says otherwise.
@@ -29,7 +30,7 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     """The arguments every topology example takes."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--problems", type=int, default=20, help="how many problems (default 20)")
-    p.add_argument("--model", help="a litellm model name instead of the in-process pocket model")
+    p.add_argument("--model", help="a model name (litellm's, or a server's with --api-base) instead of pocket")
     p.add_argument("--api-base", help="the server of --model (an OpenAI-compatible URL)")
     p.add_argument("--prompts", choices=["pocket", "generic"],
                    help="the pocket model's prompts or the topology's own (default: pocket without --model)")
@@ -69,8 +70,8 @@ def setup(args: argparse.Namespace) -> Setup:
         assert path is not None
         model = sf.Model(sf.TransformersBackend(path, max_batch_size=64), name=f"pocket:{path.name}", params=params)
     else:
-        extra = {"api_base": args.api_base} if args.api_base else {}
-        model = sf.Model(sf.LiteLLMBackend(args.model, **extra), params=params, max_in_flight=32)
+        extra = {"api_base": args.api_base} if args.api_base else {}  # a server: the native OpenAI-compatible backend
+        model = sf.Model(sf.backends.backend_from_spec(args.model, **extra), params=params, max_in_flight=32)
     pocket = (args.prompts or ("generic" if args.model else "pocket")) == "pocket"
     if args.data is not None:
         rows = load_problems(args.data, limit=args.problems)

@@ -3,15 +3,20 @@
 A backend turns one :class:`~scaffold._types.Request` into a list of
 :class:`~scaffold._types.Completion` (one per choice, ``request.n`` of them).
 What it can do is declared in :class:`Capabilities`, never guessed from a model name.
+
+A backend that declares ``streams`` also has ``stream(request)``: an async iterator of
+:class:`~scaffold._types.Delta` (pieces of text, each tagged with its choice) ending with one
+:class:`~scaffold._types.Finished` that carries the same completions ``complete`` would give.
+:func:`stream_completions` gives that shape for any backend (one delta per choice otherwise).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from scaffold._types import Completion, Request
+from scaffold._types import Completion, Delta, Finished, Request, StreamItem
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,8 @@ class Capabilities:
     """Completions carry exact token ids and sampling logprobs when asked."""
     trainable: bool = False
     """The weights can be updated in place (local models used as a policy)."""
+    streams: bool = False
+    """``stream(request)`` yields text as it is generated (see :class:`StreamingBackend`)."""
 
 
 @runtime_checkable
@@ -46,3 +53,46 @@ class Backend(Protocol):
     async def complete(self, request: Request) -> Sequence[Completion]:
         """Answer ``request`` with exactly ``request.n`` completions, or raise ``BackendError``."""
         ...
+
+
+@runtime_checkable
+class StreamingBackend(Backend, Protocol):
+    """A :class:`Backend` that also streams: ``stream(request)`` is an async iterator of stream items.
+
+    It yields :class:`~scaffold._types.Delta` records as text arrives (choices interleaved, each
+    tagged with its index) and ends with one :class:`~scaffold._types.Finished` holding the
+    ``request.n`` completions ``complete`` would return; failures raise ``BackendError`` as
+    ``complete`` does. Stopping early (``aclose()``, or leaving the ``async for``) abandons the call.
+    """
+
+    def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+        """Stream the answer to ``request``: deltas, then one ``Finished``."""
+        ...
+
+
+async def stream_completions(backend: Backend, request: Request) -> AsyncIterator[StreamItem]:
+    """Stream ``request`` from any backend: its own ``stream`` when it declares ``streams``, else
+    ``complete`` seen as one delta per choice (the whole text) followed by ``Finished``.
+
+    Example:
+        >>> import asyncio
+        >>> from scaffold.testing import ScriptedBackend
+        >>> async def main():
+        ...     return [item async for item in stream_completions(ScriptedBackend(lambda r: "4"), Request(n=2))]
+        >>> [type(item).__name__ for item in asyncio.run(main())]
+        ['Delta', 'Delta', 'Finished']
+    """
+    if backend.capabilities.streams and isinstance(backend, StreamingBackend):
+        items = backend.stream(request)
+        try:
+            async for item in items:
+                yield item
+        finally:
+            aclose = getattr(items, "aclose", None)
+            if aclose is not None:  # stopped early: end the backend's call now, not when it is collected
+                await aclose()
+        return
+    completions = tuple(await backend.complete(request))
+    for index, completion in enumerate(completions):
+        yield Delta(index, completion.text, completion.token_ids, completion.logprobs)
+    yield Finished(completions)

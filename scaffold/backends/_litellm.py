@@ -9,6 +9,7 @@ OpenAI-compatible server, vLLM's included, through one async call.
   (:mod:`scaffold.backends._litellm_errors`).
 - Token ids and logprobs come back when asked: vLLM's per-choice ``token_ids`` arrive in
   litellm's ``provider_specific_fields``.
+- ``stream(request)`` streams with litellm's ``stream=True`` (:mod:`scaffold.backends._litellm_stream`).
 - Cost comes from litellm's price map, or from prices given here; an unknown price is
   recorded as ``None``, never as 0.
 - API keys come from the environment (litellm's provider variables, or ``api_key_env``) or
@@ -24,13 +25,14 @@ import asyncio
 import os
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from scaffold._errors import AuthenticationError, BackendError, BadRequestError, ServerError
 from scaffold._secrets import MaskedKey, environment_secrets, redact
-from scaffold._types import Completion, Request, Usage
+from scaffold._types import Completion, Request, StreamItem, Usage
 from scaffold.backends._base import Capabilities
+from scaffold.backends._choices import Choice, split, token_counts
 from scaffold.backends._litellm_errors import typed_error
 
 NATIVE_N_PROVIDERS = frozenset({"openai", "hosted_vllm", "azure", "text-completion-openai", "custom_openai"})
@@ -52,11 +54,19 @@ def import_litellm() -> Any:
     # calls) with a filter set once at import; an enclosing warnings.catch_warnings() (pytest wraps
     # each test in one) discards it, and the calls then fail under -W error. Keep it in front.
     warnings.filterwarnings("ignore", message=".*`ReadOnly` qualifier.*", category=UserWarning)
+    # litellm's streamed text completions read `model_fields` off an instance (pydantic >= 2.11
+    # deprecates that); under -W error the warning becomes an exception that litellm reports as a failed call
+    warnings.filterwarnings("ignore", message="Accessing the 'model_(computed_)?fields' attribute on the instance",
+                            category=DeprecationWarning)
     return litellm
 
 
 class LiteLLMBackend:
     """Any litellm model (``"openai/gpt-4o-mini"``, ``"anthropic/claude-..."``, ``"hosted_vllm/NAME"``...).
+
+    Strings and registry entries choose :class:`~scaffold.backends.OpenAIBackend` for OpenAI-compatible
+    servers (``hosted_vllm/NAME``, anything with an ``api_base``); building this class, or the spec
+    ``litellm:NAME``, keeps litellm.
 
     Example:
         >>> backend = LiteLLMBackend("hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1")
@@ -101,7 +111,8 @@ class LiteLLMBackend:
         if supports_n is None:
             supports_n = self.provider in NATIVE_N_PROVIDERS and ("n" in supported or not supported)
         self.token_ids = self.provider in TOKEN_ID_PROVIDERS if token_ids is None else token_ids
-        self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n, returns_token_ids=self.token_ids)
+        self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n, returns_token_ids=self.token_ids,
+                                         streams=True)
 
     def __repr__(self) -> str:
         base = f", api_base={self.api_base!r}" if self.api_base else ""
@@ -178,6 +189,13 @@ class LiteLLMBackend:
             error = ServerError(self._redact(f"could not read the response of {self.model_name}: {exc!r}"))
         raise error
 
+    def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+        """Stream ``request`` (litellm's ``stream=True``): :class:`~scaffold._types.Delta` records, then one
+        :class:`~scaffold._types.Finished` (:mod:`scaffold.backends._litellm_stream`)."""
+        from scaffold.backends._litellm_stream import stream_litellm
+
+        return stream_litellm(self, request)
+
     def check_credentials(self) -> None:
         """Raise :class:`~scaffold._errors.AuthenticationError` naming the missing environment variable, if any.
 
@@ -237,22 +255,18 @@ class LiteLLMBackend:
         usage = getattr(response, "usage", None)
         prompt_total = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_total = int(getattr(usage, "completion_tokens", 0) or 0)
-        parsed = [self._choice(choice) for choice in choices]
-        counts: list[int | None] = [
-            len(ids) if ids is not None else (len(lps) if lps is not None else None) for _, ids, lps, _ in parsed
-        ]
-        if any(c is None for c in counts) or sum(c or 0 for c in counts) != completion_total:
-            counts = list(_split(completion_total, len(parsed)))
-        prompts = _split(prompt_total, len(parsed))
+        parsed = [Choice(*self._choice(choice)) for choice in choices]
+        counts = token_counts(parsed, completion_total)
+        prompts = split(prompt_total, len(parsed))
         costs = self._costs(response, prompts, counts) if usage is not None else [None] * len(parsed)
         model = getattr(response, "model", None) or self.model_name
         return [
             Completion(
-                text=text, token_ids=ids, logprobs=lps if request.logprobs else None,
-                usage=Usage(prompt_tokens=p, completion_tokens=c or 0), finish_reason=finish,
+                text=choice.text, token_ids=choice.token_ids, logprobs=choice.logprobs if request.logprobs else None,
+                usage=Usage(prompt_tokens=p, completion_tokens=c), finish_reason=choice.finish_reason,
                 cost=cost, model=model,
             )
-            for (text, ids, lps, finish), p, c, cost in zip(parsed, prompts, counts, costs)
+            for choice, p, c, cost in zip(parsed, prompts, counts, costs)
         ]
 
     @staticmethod
@@ -281,7 +295,7 @@ class LiteLLMBackend:
                 logprobs = tuple(float(x) for x in token_logprobs)
         return text, ids, logprobs, getattr(choice, "finish_reason", None)
 
-    def _costs(self, response: Any, prompts: list[int], counts: list[int | None]) -> list[float | None]:
+    def _costs(self, response: Any, prompts: list[int], counts: list[int]) -> list[float | None]:
         input_price, output_price = self.prices
         if input_price is None or output_price is None:
             litellm = import_litellm()
@@ -294,10 +308,10 @@ class LiteLLMBackend:
                 input_price = float(info["input_cost_per_token"])
                 output_price = float(info["output_cost_per_token"])
             except Exception:
-                tokens = [p + (c or 0) for p, c in zip(prompts, counts)]
+                tokens = [p + c for p, c in zip(prompts, counts)]
                 whole = sum(tokens) or 1
                 return [total * t / whole for t in tokens]
-        return [p * input_price + (c or 0) * output_price for p, c in zip(prompts, counts)]
+        return [p * input_price + c * output_price for p, c in zip(prompts, counts)]
 
     # -- errors -----------------------------------------------------------------------------------
     def _redact(self, text: str) -> str:
@@ -346,8 +360,3 @@ async def release_litellm_loop() -> None:
             except Exception:
                 continue
 
-
-def _split(total: int, parts: int) -> list[int]:
-    """``total`` split into ``parts`` near-equal integers that sum to it (the first ones take the remainder)."""
-    base, extra = divmod(total, parts) if parts else (0, 0)
-    return [base + (1 if i < extra else 0) for i in range(parts)]

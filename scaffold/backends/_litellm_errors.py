@@ -8,10 +8,6 @@ where litellm reports a connection failure as a 500, the message.
 
 from __future__ import annotations
 
-import datetime
-import email.utils
-import math
-import time
 from typing import Any
 
 from scaffold._errors import (
@@ -24,6 +20,7 @@ from scaffold._errors import (
     RequestTimeout,
     ServerError,
 )
+from scaffold.backends._retry import retry_after_from_headers
 
 _CONNECTION_SIGNS = ("cannot connect to host", "connection refused", "server disconnected", "connection reset",
                      "remoteprotocolerror", "connecterror", "connection closed")
@@ -60,32 +57,9 @@ def typed_error(litellm: Any, exc: BaseException, detail: str) -> BackendError:
 
 
 def retry_after(exc: BaseException) -> float | None:
-    """Seconds a provider asked to wait, from ``retry-after-ms`` or ``retry-after`` headers of an error."""
-    headers: Any = None
+    """Seconds a provider asked to wait, from the ``retry-after-ms`` or ``retry-after`` headers of an error."""
     for source in (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
                    getattr(getattr(exc, "response", None), "headers", None)):
         if source:
-            headers = source
-            break
-    if not headers:
-        return None
-    lower = {str(k).lower(): str(v) for k, v in dict(headers).items()}
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = lower.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / scale
-        except ValueError:
-            if name == "retry-after-ms":
-                continue
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (ValueError, TypeError, IndexError):
-                continue
-            if when.tzinfo is None:  # "-0000": an HTTP date is UTC, never local time
-                when = when.replace(tzinfo=datetime.UTC)
-            seconds = max(0.0, when.timestamp() - time.time())
-        if math.isfinite(seconds) and seconds >= 0:  # "inf" or "nan" would stall or spin the throttle
-            return seconds
+            return retry_after_from_headers(source)
     return None

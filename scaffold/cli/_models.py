@@ -2,9 +2,11 @@
 
 A spec is ``pocket`` (the pocket model, built on first use), ``pocket:DIR`` (a pocket model
 directory), a local model directory or ``transformers:DIR`` (in-process transformers),
-``vllm:DIR`` (in-process vLLM), or any litellm model name (``openai/gpt-4o-mini``,
-``hosted_vllm/NAME`` with ``--api-base``). ``--model SPEC`` binds every alias; ``--model
-ALIAS=SPEC`` one alias (it wins over the plain form). Aliases without a spec get ``pocket``.
+``vllm:DIR`` (in-process vLLM), a model on an OpenAI-compatible server (``hosted_vllm/NAME``, or
+any name with ``--api-base``: the native :class:`~scaffold.OpenAIBackend`), or any litellm model
+name (``openai/gpt-4o-mini``; ``litellm:SPEC`` forces litellm). ``--model SPEC`` binds every
+alias; ``--model ALIAS=SPEC`` one alias (it wins over the plain form). Aliases without a spec get
+``pocket``.
 """
 
 from __future__ import annotations
@@ -96,9 +98,10 @@ def bind_models(aliases: Sequence[str], specs: Mapping[str | None, str], *, api_
             made[spec] = sf.Model(backend, name=f"pocket:{path.name}", params=params)
             continue
         backend = _backend(spec, api_base)
-        if isinstance(backend, sf.LiteLLMBackend):
+        check = getattr(backend, "check_credentials", None)
+        if check is not None:
             try:
-                backend.check_credentials()
+                check()
             except AuthenticationError as exc:
                 raise click.UsageError(str(exc)) from None
         made[spec] = sf.Model(backend, params=params, max_in_flight=32)
@@ -108,7 +111,7 @@ def bind_models(aliases: Sequence[str], specs: Mapping[str | None, str], *, api_
 
 
 def _backend(spec: str, api_base: str | None) -> Any:
-    from scaffold.backends._registry import backend_from_spec
+    from scaffold.backends._registry import backend_from_spec, default_kind
 
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -120,11 +123,16 @@ def _backend(spec: str, api_base: str | None) -> Any:
         if not local.is_dir():
             raise click.BadParameter(f"{spec!r}: no model directory {local}", param_hint="--model")
         return backend_from_spec(spec)
-    if not _litellm_knows(spec):
+    options = {"api_base": api_base} if api_base else {}
+    kind, colon, rest = spec.partition(":")
+    explicit = kind if colon and kind in ("openai", "litellm") else None
+    name = rest if explicit else spec
+    if (explicit or default_kind(name, api_base)) == "litellm" and not _litellm_knows(name):
         raise click.BadParameter(
-            f"unknown model {spec!r}: give 'pocket', a model directory, transformers:DIR, vllm:DIR or a litellm "
-            "model name (openai/gpt-4o-mini, hosted_vllm/NAME with --api-base)", param_hint="--model")
-    return backend_from_spec(spec, **({"api_base": api_base} if api_base else {}))
+            f"unknown model {spec!r}: give 'pocket', a model directory, transformers:DIR, vllm:DIR, a model "
+            "on an OpenAI-compatible server (hosted_vllm/NAME, or any name with --api-base) or a litellm "
+            "model name (openai/gpt-4o-mini)", param_hint="--model")
+    return backend_from_spec(spec, **options)
 
 
 def _litellm_knows(spec: str) -> bool:

@@ -4,14 +4,16 @@
   can fail, be slow, and measures how many requests were in flight at once.
 - :class:`SimulatedBackend`: seeded latency (lognormal by default) for benchmarks and examples.
 - :class:`OpenAIServer`: a real OpenAI-compatible HTTP server on 127.0.0.1 answering from a
-  scripted policy, with fault injection (:class:`Fault`: 429 + Retry-After, 5xx, slow,
-  malformed, dropped connections) and a log of every request.
+  scripted policy, streamed (server-sent events) or not, with fault injection (:class:`Fault`:
+  429 + Retry-After, 5xx, slow, malformed, truncated bodies and streams, dropped connections)
+  and a log of every request; :func:`random_faults` fails a share of requests at random
+  (:data:`SPORADIC_FAULTS`), and ``server.allowed_rate`` may change while it serves.
 - :class:`PostgresServer`: a throwaway PostgreSQL cluster on 127.0.0.1 (local server binaries),
   deleted when stopped.
 - :func:`build_tiny_model`: a tiny random Hugging Face chat model built locally (no download).
 """
 
-from scaffold.testing._faults import Fault
+from scaffold.testing._faults import SPORADIC_FAULTS, Fault, random_faults
 from scaffold.testing._postgres import PostgresServer
 from scaffold.testing._scripted import ScriptedBackend
 from scaffold.testing._server import OpenAIServer, ServedRequest, ServerRequest
@@ -23,6 +25,8 @@ __all__ = [
     "SimulatedBackend",
     "OpenAIServer",
     "Fault",
+    "random_faults",
+    "SPORADIC_FAULTS",
     "ServerRequest",
     "ServedRequest",
     "PostgresServer",

@@ -3,21 +3,24 @@
 A :class:`FaultPlan` decides, for each completion request, which fault applies — the next one
 queued by :meth:`OpenAIServer.inject <scaffold.testing.OpenAIServer.inject>`, else the server's
 ``faults`` rule — and whether ``allowed_rate`` lets the request through. It is thread-safe: tests
-inject from their own thread while the server's loop consumes.
+inject from their own thread while the server's loop consumes. :func:`random_faults` makes a rule
+that fails a given share of requests at random (:data:`SPORADIC_FAULTS`: what a provider under
+transient load does, whatever the request rate).
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from scaffold.testing._openai_wire import ServerRequest
 
-FaultKind = Literal["rate_limit", "server_error", "slow", "malformed", "drop"]
+FaultKind = Literal["rate_limit", "server_error", "slow", "malformed", "drop", "truncated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,8 @@ class Fault:
     """HTTP status sent (0 for ``drop``: nothing is sent)."""
     seconds: float = 0.0
     """``rate_limit``: the retry hint; ``slow``: extra delay before a normal answer."""
+    tokens: int = 0
+    """``truncated``: token events a stream sends before it is cut."""
 
     @classmethod
     def rate_limit(cls, retry_after: float = 1.0) -> Fault:
@@ -53,8 +58,14 @@ class Fault:
 
     @classmethod
     def malformed(cls) -> Fault:
-        """200 with a JSON content type and a body that is not valid JSON."""
+        """200 with a JSON content type and a body that is not valid JSON (a stream: an event that is not JSON)."""
         return cls("malformed", 200)
+
+    @classmethod
+    def truncated(cls, tokens: int = 2) -> Fault:
+        """200 whose body stops early, then the connection closes: a stream after ``tokens`` token events
+        (no final chunk, no ``[DONE]``); a JSON answer halfway, its ``Content-Length`` promising all of it."""
+        return cls("truncated", 200, tokens=tokens)
 
     @classmethod
     def drop(cls) -> Fault:
@@ -104,16 +115,70 @@ class FaultPlan:
         if self.allowed_rate is None:
             return 0.0
         with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._refilled_at) * self.allowed_rate)
-            self._refilled_at = now
+            if self.allowed_rate is None:
+                return 0.0
+            self._refill(time.monotonic())
             if self._tokens >= 1 - 1e-9:
                 self._tokens -= 1
                 return 0.0
             return (1 - self._tokens) / self.allowed_rate
+
+    def set_allowed_rate(self, rate: float | None) -> None:
+        """Change the rate the bucket allows from now on (``None``: no limit); tokens earned so far stay."""
+        if rate is not None and rate <= 0:
+            raise ValueError(f"allowed_rate must be positive, got {rate}")
+        with self._lock:
+            self._refill(time.monotonic())
+            self.allowed_rate = rate
+
+    def _refill(self, now: float) -> None:
+        """Credit the bucket with the tokens earned at the current rate up to ``now`` (under the lock)."""
+        if self.allowed_rate is not None:
+            self._tokens = min(self.burst, self._tokens + (now - self._refilled_at) * self.allowed_rate)
+        self._refilled_at = now
 
     def reset(self) -> None:
         """Drop queued faults and refill the rate bucket."""
         with self._lock:
             self._queued.clear()
             self._tokens, self._refilled_at = float(self.burst), time.monotonic()
+
+
+SPORADIC_FAULTS: Mapping[Fault, float] = {
+    Fault.rate_limit(1.0): 0.08,
+    Fault.server_error(500): 0.04,
+    Fault.server_error(503): 0.03,
+    Fault.truncated(): 0.03,
+    Fault.drop(): 0.02,
+}
+"""One request in five fails at random: 8% 429 with ``Retry-After: 1``, 4% 500, 3% 503, 3% truncated
+bodies, 2% dropped connections (a provider under transient load, not a rate limit)."""
+
+
+def random_faults(mix: Mapping[Fault, float] = SPORADIC_FAULTS, *, seed: int = 0
+                  ) -> Callable[[ServerRequest, int], Fault | None]:
+    """A ``faults`` rule for :class:`~scaffold.testing.OpenAIServer` that gives each request one fault of
+    ``mix`` (fault -> share of requests) or none, drawn independently of every other request and of
+    the rate (seeded: the same arrival order gets the same faults).
+
+    Example:
+        >>> rule = random_faults({Fault.drop(): 0.5}, seed=1)
+        >>> sum(rule(None, n) is not None for n in range(1000))
+        473
+    """
+    if sum(mix.values()) > 1.0 or any(share < 0 for share in mix.values()):
+        raise ValueError("fault shares must be non-negative and add up to at most 1")
+    rng = random.Random(seed)
+    lock = threading.Lock()
+    table = list(mix.items())
+
+    def rule(request: ServerRequest, number: int) -> Fault | None:
+        with lock:
+            draw = rng.random()
+        for fault, share in table:
+            if draw < share:
+                return fault
+            draw -= share
+        return None
+
+    return rule

@@ -1,20 +1,23 @@
 """The minimal HTTP/1.1 that :class:`~scaffold.testing._server.OpenAIServer` speaks, on asyncio streams.
 
-Enough for ``httpx``, ``openai`` and ``litellm``: keep-alive, ``Content-Length`` and chunked request
-bodies, and answers with a ``Content-Length`` (JSON unless said otherwise). What the answers say is
-up to the ``respond`` callback of :func:`serve_connection`. Standard library only.
+Enough for ``httpx``, ``aiohttp``, ``openai`` and ``litellm``: keep-alive, ``Content-Length`` and
+chunked request bodies; answers with a ``Content-Length`` (:class:`HTTPResponse`, JSON unless said
+otherwise, optionally cut short) or written as they are produced with chunked transfer encoding
+(:class:`StreamedResponse`, server-sent events). What the answers say is up to the ``respond``
+callback of :func:`serve_connection`. Standard library only.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
-__all__ = ["BadHTTP", "HTTPResponse", "Responder", "phrase", "read_request", "serve_connection"]
+__all__ = ["BadHTTP", "CutStream", "HTTPResponse", "Responder", "StreamedResponse", "phrase", "read_request",
+           "serve_connection", "write_stream"]
 
-Responder = Callable[[str, str, Mapping[str, str], bytes], Awaitable["HTTPResponse | None"]]
+Responder = Callable[[str, str, Mapping[str, str], bytes], Awaitable["HTTPResponse | StreamedResponse | None"]]
 """``respond(method, target, headers, body)``: the answer to send, or ``None`` to drop the connection."""
 
 
@@ -25,12 +28,61 @@ class HTTPResponse:
     status: int
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    cut_at: int | None = None
+    """Send only this many bytes of the body (the ``Content-Length`` still promising all), then close."""
 
     def encode(self, keep_alive: bool) -> bytes:
         lines = [f"HTTP/1.1 {self.status} {phrase(self.status)}", "Content-Type: application/json"]
         lines += [f"Content-Length: {len(self.body)}", f"Connection: {'keep-alive' if keep_alive else 'close'}"]
         lines += [f"{name}: {value}" for name, value in self.headers]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + self.body
+        body = self.body if self.cut_at is None else self.body[: self.cut_at]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class CutStream(Exception):
+    """Raised by a :class:`StreamedResponse`'s chunks to drop the connection mid-body (no final chunk)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedResponse:
+    """An answer written piece by piece as ``chunks`` yields them (``Transfer-Encoding: chunked``).
+
+    ``chunks`` raising :class:`CutStream` closes the connection without the terminating chunk, as a
+    server that died mid-answer would.
+    """
+
+    chunks: AsyncIterator[bytes]
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    content_type: str = "text/event-stream"
+
+    def head(self, keep_alive: bool) -> bytes:
+        lines = [f"HTTP/1.1 {self.status} {phrase(self.status)}", f"Content-Type: {self.content_type}",
+                 "Cache-Control: no-cache", "Transfer-Encoding: chunked",
+                 f"Connection: {'keep-alive' if keep_alive else 'close'}"]
+        lines += [f"{name}: {value}" for name, value in self.headers]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def write_stream(writer: asyncio.StreamWriter, response: StreamedResponse, keep_alive: bool) -> bool:
+    """Write ``response`` chunk by chunk; ``False`` when it was cut (the connection must then close)."""
+    writer.write(response.head(keep_alive))
+    chunks = response.chunks
+    try:
+        async for piece in chunks:
+            if piece:
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+    except CutStream:
+        await writer.drain()
+        return False
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    return True
 
 
 class BadHTTP(Exception):
@@ -57,8 +109,14 @@ async def serve_connection(
             response = await respond(method, target, headers, body)
             if response is None:
                 return
-            writer.write(response.encode(keep_alive))
-            await writer.drain()
+            if isinstance(response, StreamedResponse):
+                if not await write_stream(writer, response, keep_alive):
+                    return
+            else:
+                writer.write(response.encode(keep_alive))
+                await writer.drain()
+                if response.cut_at is not None:
+                    return
             if not keep_alive:
                 return
     except (BadHTTP, asyncio.LimitOverrunError) as exc:

@@ -25,6 +25,7 @@ __all__ = [
     "ServerRequest",
     "check_api_key",
     "check_context",
+    "choice_tokens",
     "completion_body",
     "error_response",
     "fake_logprob",
@@ -146,9 +147,14 @@ def parse_request(endpoint: str, body: bytes, default_model: str) -> ServerReque
         payload = None
     if not isinstance(payload, dict):
         raise Refusal(error_response(400, "We could not parse the JSON body of your request.", code="invalid_json"))
-    for unsupported in ("stream", "tools"):
-        if payload.get(unsupported):
-            raise Refusal(error_response(400, f"{unsupported} is not supported by the test server", param=unsupported))
+    if payload.get("tools"):
+        raise Refusal(error_response(400, "tools is not supported by the test server", param="tools"))
+    if payload.get("stream") not in (None, False, True):
+        raise Refusal(error_response(400, f"stream must be a boolean, got {payload['stream']!r}", param="stream"))
+    options = payload.get("stream_options")
+    if options is not None and (not payload.get("stream") or not isinstance(options, dict)):
+        message = "stream_options is only allowed with stream: true, as an object"
+        raise Refusal(error_response(400, message, param="stream_options"))
     n = 1 if payload.get("n") is None else payload["n"]
     if not isinstance(n, int) or n < 1:
         raise Refusal(error_response(400, f"n must be a positive integer, got {n!r}", param="n"))
@@ -207,15 +213,11 @@ def check_context(request: ServerRequest, max_context: int | None) -> None:
 def completion_body(request: ServerRequest, texts: Sequence[str]) -> dict[str, Any]:
     """The JSON answer to ``request`` whose choices say ``texts`` before ``stop`` and ``max_tokens`` apply."""
     prompt_ids = [fake_token_id(token) for token in fake_tokenize(request.prompt_text)]
-    body = request.body
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    stops = body.get("stop") or []
-    stops = [stops] if isinstance(stops, str) else list(stops)
-    with_ids = bool(body.get("return_token_ids"))
+    with_ids = bool(request.body.get("return_token_ids"))
     choices = []
     completion_tokens = 0
     for index, text in enumerate(texts):
-        tokens, finish = _truncate(text, stops, max_tokens)
+        tokens, finish = choice_tokens(request, text)
         completion_tokens += len(tokens)
         choices.append(_choice(request, index, tokens, finish, with_ids))
     chat = request.endpoint == "chat"
@@ -236,8 +238,17 @@ def completion_body(request: ServerRequest, texts: Sequence[str]) -> dict[str, A
     return answer
 
 
-def _truncate(text: str, stops: list[str], max_tokens: int | None) -> tuple[tuple[str, ...], str]:
-    """The tokens of a choice after ``stop`` and ``max_tokens``, and its finish reason."""
+def choice_tokens(request: ServerRequest, text: str) -> tuple[tuple[str, ...], str]:
+    """The tokens of a choice whose policy text is ``text``, after ``stop`` and ``max_tokens``, and its finish reason.
+
+    Example:
+        >>> choice_tokens(ServerRequest("chat", "m", body={"max_tokens": 2}), "so the answer")
+        (('so', ' '), 'length')
+    """
+    body = request.body
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    stops = body.get("stop") or []
+    stops = [stops] if isinstance(stops, str) else list(stops)
     cuts = [position for position in (text.find(stop) for stop in stops if stop) if position >= 0]
     tokens = fake_tokenize(text[: min(cuts)] if cuts else text)
     if max_tokens is not None and len(tokens) > max_tokens:

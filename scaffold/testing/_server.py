@@ -8,6 +8,9 @@ their own event loop can both use it. Standard library only.
 It serves ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models`` and
 ``GET /health``. Each choice's text comes from ``policy``; the server then applies ``stop`` and
 ``max_tokens`` and adds usage, logprobs (``logprobs``) and vLLM's token ids (``return_token_ids``).
+With ``stream: true`` the answer is server-sent events over chunked transfer encoding, one token per
+event, choices interleaved, per-chunk ``token_ids``, a usage chunk when
+``stream_options.include_usage``, then ``data: [DONE]`` (:mod:`scaffold.testing._openai_sse`).
 Failures come from :meth:`OpenAIServer.inject` (a FIFO of :class:`Fault`), from a ``faults`` rule,
 from ``allowed_rate`` (a token bucket answering 429 with ``Retry-After``) — all three kept by the
 server's :class:`~scaffold.testing._faults.FaultPlan` — from ``api_key`` (401) and ``max_context``
@@ -21,8 +24,12 @@ Where it departs from the real services:
   by :attr:`ServerRequest.prompt_text` (one ``"role: content\\n"`` line per message).
 - ``Retry-After`` is whole seconds rounded up (what ``litellm`` parses); the exact wait goes in
   ``retry-after-ms`` (which the ``openai`` client prefers).
-- Faults and ``allowed_rate`` apply to completion requests only; ``stream``, tools and lists of
-  prompts are refused with a 400. The model name in a request is not checked.
+- Faults and ``allowed_rate`` apply to completion requests only, streamed or not (a stream's
+  faults: ``Fault.truncated`` cuts it after some tokens, ``Fault.malformed`` sends an event that is
+  not JSON); tools and lists of prompts are refused with a 400. The model name is not checked.
+- A stream's chunks always carry one token each (real servers may merge tokens), and a chat stream
+  sends a separate last chunk per choice with the finish reason (as OpenAI does; vLLM puts it on the
+  last token's chunk). ``token_interval`` spaces the token events; there is no other pacing.
 
 Example:
     >>> import json, urllib.request
@@ -42,13 +49,14 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from scaffold.testing._faults import Fault, FaultKind, FaultPlan
-from scaffold.testing._http import HTTPResponse, phrase, serve_connection
+from scaffold.testing._http import CutStream, HTTPResponse, StreamedResponse, phrase, serve_connection
+from scaffold.testing._openai_sse import DONE, StreamedAnswer, sse, stream_chunks
 from scaffold.testing._openai_wire import (
     Refusal,
     ServerRequest,
@@ -111,7 +119,8 @@ class OpenAIServer:
     ``policy`` gives the text of one choice: a function of the :class:`ServerRequest` (sync or
     async; called once per choice, on the server's event loop) or a fixed string. The default
     answers ``"[choice] last message"``. ``latency`` (seconds, or a function of the request) is
-    waited before every completion answer. ``faults(request, number)`` may return a :class:`Fault`
+    waited before every completion answer, ``token_interval`` between the token events of a streamed
+    one. ``faults(request, number)`` may return a :class:`Fault`
     for any request that :meth:`inject` left unfaulted. ``allowed_rate`` requests per second
     (bursts of ``burst``) are accepted; faster ones get 429 with the exact wait until one is.
 
@@ -133,6 +142,7 @@ class OpenAIServer:
         allowed_rate: float | None = None,
         burst: int = 1,
         latency: float | Callable[[ServerRequest], float] = 0.0,
+        token_interval: float = 0.0,
         max_context: int | None = None,
         faults: Callable[[ServerRequest, int], Fault | None] | None = None,
         host: str = "127.0.0.1",
@@ -144,6 +154,7 @@ class OpenAIServer:
         self.api_key = api_key
         self.model_name = model_name
         self.latency = latency
+        self.token_interval = token_interval
         self.max_context = max_context
         self.host = host
         self.port = port
@@ -244,6 +255,15 @@ class OpenAIServer:
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
+    @property
+    def allowed_rate(self) -> float | None:
+        """Requests per second accepted before answering 429 (``None``: no limit); may be changed while serving."""
+        return self.plan.allowed_rate
+
+    @allowed_rate.setter
+    def allowed_rate(self, rate: float | None) -> None:
+        self.plan.set_allowed_rate(rate)
+
     def inject(self, fault: Fault, times: int = 1) -> None:
         """Apply ``fault`` to the next ``times`` completion requests, after any fault already queued."""
         self.plan.inject(fault, times)
@@ -270,7 +290,7 @@ class OpenAIServer:
 
     @property
     def answered(self) -> int:
-        """Completion requests answered with a valid 200 (not counting ``Fault.malformed``)."""
+        """Completion requests answered in full with a valid 200 (not ``Fault.malformed`` or ``Fault.truncated``)."""
         with self._lock:
             return self._answered
 
@@ -299,12 +319,13 @@ class OpenAIServer:
 
     # -- handling ---------------------------------------------------------------------------------
 
-    async def _respond(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> HTTPResponse | None:
+    async def _respond(self, method: str, target: str, headers: Mapping[str, str],
+                       body: bytes) -> HTTPResponse | StreamedResponse | None:
         path = target.split("?", 1)[0]
         with self._lock:
             generation, number = self._generation, len(self._records)
             self._records.append(ServedRequest(number, method, path, time.monotonic()))
-        response: HTTPResponse | None
+        response: HTTPResponse | StreamedResponse | None
         try:
             response = await self._route(generation, number, method, path, headers, body)
         except Refusal as refusal:
@@ -321,7 +342,7 @@ class OpenAIServer:
 
     async def _route(
         self, generation: int, number: int, method: str, path: str, headers: Mapping[str, str], body: bytes
-    ) -> HTTPResponse | None:
+    ) -> HTTPResponse | StreamedResponse | None:
         if path == "/health":
             return json_response(200, {"status": "ok"})
         endpoint = _ENDPOINTS.get(path)
@@ -342,7 +363,7 @@ class OpenAIServer:
                 return None
             if fault.kind == "slow":
                 await asyncio.sleep(fault.seconds)
-            elif fault.kind != "malformed":
+            elif fault.kind not in ("malformed", "truncated"):
                 raise Refusal(_fault_response(fault))
         wait = self.plan.take_rate_token()
         if wait:
@@ -351,16 +372,47 @@ class OpenAIServer:
         latency = self.latency(request) if callable(self.latency) else self.latency
         if latency:
             await asyncio.sleep(latency)
+        if request.body.get("stream"):
+            texts = [await self._policy_text(replace(request, choice=index)) for index in range(request.n)]
+            streamed = stream_chunks(request, texts)
+            self._update(generation, number, response_id=streamed.id)
+            return StreamedResponse(self._events(generation, number, streamed, fault))
         answer = await self._answer(request)
-        if fault is not None and fault.kind == "malformed":
+        if fault is not None and fault.kind in ("malformed", "truncated"):
             text = json.dumps(answer).encode()
-            return HTTPResponse(200, text[: len(text) // 2])
+            if fault.kind == "malformed":
+                return HTTPResponse(200, text[: len(text) // 2])
+            return HTTPResponse(200, text, cut_at=len(text) // 2)
         with self._lock:
             if generation == self._generation:
                 self._answered += 1
                 self._choices_served.extend((answer["id"], choice["index"]) for choice in answer["choices"])
         self._update(generation, number, response_id=answer["id"])
         return json_response(200, answer)
+
+    async def _events(self, generation: int, number: int, answer: StreamedAnswer,
+                      fault: Fault | None) -> AsyncIterator[bytes]:
+        """The events of a streamed answer, ``token_interval`` apart, cut or spoiled as ``fault`` says."""
+        try:
+            if fault is not None and fault.kind == "malformed":
+                yield b'data: {"choices": [{"index": 0, "delta\n\n' + DONE
+                return
+            sent = 0
+            for chunk, token in zip(answer.chunks, answer.token_chunks):
+                if token:
+                    if fault is not None and fault.kind == "truncated" and sent >= fault.tokens:
+                        raise CutStream
+                    if self.token_interval and sent:
+                        await asyncio.sleep(self.token_interval)
+                    sent += 1
+                yield sse(chunk)
+            yield DONE
+            with self._lock:
+                if generation == self._generation:
+                    self._answered += 1
+                    self._choices_served.extend((answer.id, index) for index in range(answer.choices))
+        finally:
+            self._update(generation, number, finished_at=time.monotonic())
 
     async def _answer(self, request: ServerRequest) -> dict[str, Any]:
         texts = [await self._policy_text(replace(request, choice=index)) for index in range(request.n)]

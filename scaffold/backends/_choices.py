@@ -1,0 +1,75 @@
+"""From the choices of one answer to :class:`~scaffold._types.Completion` records: usage split per choice, and cost.
+
+An OpenAI-style answer reports usage for the whole request; each choice becomes its own trace, so
+the counts are split: a choice's completion tokens are its own token count when every choice says
+(token ids or logprobs, summing to the reported total), an even split otherwise; prompt tokens are
+split evenly. Shared by the litellm and OpenAI-compatible backends, streamed or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scaffold._types import Completion, Usage
+
+__all__ = ["Choice", "completions_from", "split"]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One choice as read from an answer (or assembled from a stream)."""
+
+    text: str
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
+    finish_reason: str | None = None
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` near-equal integers that sum to it (the first ones take the remainder).
+
+    Example:
+        >>> split(7, 3)
+        [3, 2, 2]
+    """
+    base, extra = divmod(total, parts) if parts else (0, 0)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def token_counts(choices: Sequence[Choice], completion_total: int) -> list[int]:
+    """Each choice's completion tokens: its own count when every choice has one and they sum to the total."""
+    counts = [len(c.token_ids) if c.token_ids is not None else (len(c.logprobs) if c.logprobs is not None else None)
+              for c in choices]
+    if any(count is None for count in counts) or sum(count or 0 for count in counts) != completion_total:
+        return split(completion_total, len(choices))
+    return [count or 0 for count in counts]
+
+
+def completions_from(
+    choices: Sequence[Choice],
+    *,
+    prompt_tokens: int,
+    completion_tokens: int,
+    model: str | None,
+    prices: tuple[float, float] | None,
+    logprobs: bool,
+) -> list[Completion]:
+    """The completions of one answer; ``prices`` (dollars per input and output token) ``None``: cost unknown.
+
+    Example:
+        >>> done = completions_from([Choice("a", (1, 2)), Choice("b", (3,))], prompt_tokens=5, completion_tokens=3,
+        ...                         model="m", prices=(1.0, 2.0), logprobs=False)
+        >>> [(c.usage.prompt_tokens, c.usage.completion_tokens, c.cost) for c in done]
+        [(3, 2, 7.0), (2, 1, 4.0)]
+    """
+    counts = token_counts(choices, completion_tokens)
+    prompts = split(prompt_tokens, len(choices))
+    return [
+        Completion(
+            text=choice.text, token_ids=choice.token_ids, logprobs=choice.logprobs if logprobs else None,
+            usage=Usage(prompt_tokens=p, completion_tokens=c), finish_reason=choice.finish_reason,
+            cost=None if prices is None else p * prices[0] + c * prices[1], model=model,
+        )
+        for choice, p, c in zip(choices, prompts, counts)
+    ]

@@ -1,0 +1,77 @@
+"""Assembling a streamed answer: per-choice deltas in, :class:`~scaffold._types.Delta` records and the final
+choices out. Shared by the OpenAI-compatible and litellm backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scaffold._errors import ServerError
+from scaffold._types import Delta
+from scaffold.backends._choices import Choice
+
+__all__ = ["StreamAssembler"]
+
+
+class StreamAssembler:
+    """Collects the pieces of ``n`` streamed choices.
+
+    Example:
+        >>> parts = StreamAssembler(1)
+        >>> parts.add(0, "so ", (7,))
+        Delta(choice=0, text='so ', token_ids=(7,), logprobs=None)
+        >>> parts.add(0, "4", (9,), finish_reason="stop").text
+        '4'
+        >>> parts.choices()
+        [Choice(text='so 4', token_ids=(7, 9), logprobs=None, finish_reason='stop')]
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.texts: list[list[str]] = [[] for _ in range(n)]
+        self.token_ids: list[list[int] | None] = [None] * n
+        self.logprobs: list[list[float] | None] = [None] * n
+        self.finish: list[str | None] = [None] * n
+        self.pieces = [0] * n
+        """Deltas that carried text, per choice (a token count for streams without usage or ids)."""
+
+    def add(self, index: int, text: str | None, token_ids: Sequence[int] | None = None,
+            logprobs: Sequence[float] | None = None, finish_reason: str | None = None) -> Delta | None:
+        """Record one piece of choice ``index``; the :class:`Delta` to hand on, ``None`` when it carries nothing."""
+        if not 0 <= index < self.n:
+            raise ServerError(f"the stream sent choice {index} for n={self.n}")
+        if finish_reason is not None:
+            self.finish[index] = finish_reason
+        ids = tuple(int(i) for i in token_ids) if token_ids else None
+        lps = tuple(float(x) for x in logprobs) if logprobs else None
+        if ids is not None:
+            held = self.token_ids[index]
+            if held is None:
+                self.token_ids[index] = list(ids)
+            else:
+                held.extend(ids)
+        if lps is not None:
+            held_lps = self.logprobs[index]
+            if held_lps is None:
+                self.logprobs[index] = list(lps)
+            else:
+                held_lps.extend(lps)
+        if not text and ids is None:
+            return None
+        if text:
+            self.texts[index].append(text)
+            self.pieces[index] += 1
+        return Delta(index, text or "", ids, lps)
+
+    def choices(self) -> list[Choice]:
+        """The choices so far, in index order."""
+        return [
+            Choice("".join(texts), tuple(ids) if ids is not None else None, tuple(lps) if lps is not None else None,
+                   finish)
+            for texts, ids, lps, finish in zip(self.texts, self.token_ids, self.logprobs, self.finish)
+        ]
+
+    def completion_tokens(self) -> int:
+        """Tokens generated, counted from the pieces (for a stream that sent no usage)."""
+        return sum(len(ids) if ids is not None else (len(lps) if lps is not None else pieces)
+                   for ids, lps, pieces in zip(self.token_ids, self.logprobs, self.pieces))

@@ -1,0 +1,119 @@
+"""Streamed answers (``stream: true``) as :class:`~scaffold.testing.OpenAIServer` sends them: server-sent events.
+
+:func:`stream_chunks` lays out the chunks of one answer the way OpenAI and vLLM do: per choice a
+first chunk with the assistant role (chat), then one chunk per token — choices interleaved,
+each chunk carrying its choice ``index``, the token's logprob when asked, and vLLM's per-chunk
+``token_ids`` with ``return_token_ids`` — then a chunk with the finish reason, and, with
+``stream_options: {"include_usage": true}``, a last chunk with no choices and the whole usage.
+:func:`sse` frames one event; the stream ends with ``data: [DONE]``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scaffold.testing._openai_wire import (
+    ServerRequest,
+    choice_tokens,
+    fake_logprob,
+    fake_token_id,
+    fake_tokenize,
+)
+
+__all__ = ["DONE", "StreamedAnswer", "sse", "stream_chunks"]
+
+DONE = b"data: [DONE]\n\n"
+"""The event that ends every stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedAnswer:
+    """The chunks of one streamed answer, and what they add up to."""
+
+    id: str
+    """The ``id`` every chunk carries."""
+    chunks: tuple[dict[str, Any], ...]
+    """The events' payloads, in order."""
+    token_chunks: tuple[bool, ...]
+    """Whether each chunk carries a token (what ``Fault.truncated(tokens=...)`` counts)."""
+    choices: int
+    """How many choices the answer has."""
+
+
+def sse(payload: Any) -> bytes:
+    """One server-sent event whose data is ``payload`` as JSON."""
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def stream_chunks(request: ServerRequest, texts: Sequence[str]) -> StreamedAnswer:
+    """The chunks answering ``request`` (streamed) whose choices say ``texts`` before ``stop`` and ``max_tokens``.
+
+    Example:
+        >>> answer = stream_chunks(ServerRequest("chat", "m", messages=(("user", "hi"),), n=2), ["a b", "c"])
+        >>> [(chunk["choices"][0]["index"], chunk["choices"][0]["delta"]["content"])
+        ...  for chunk, token in zip(answer.chunks, answer.token_chunks) if token]
+        [(0, 'a'), (1, 'c'), (0, ' '), (0, 'b')]
+    """
+    chat = request.endpoint == "chat"
+    body = request.body
+    identifier = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    header: dict[str, Any] = {"id": identifier, "object": "chat.completion.chunk" if chat else "text_completion",
+              "created": int(time.time()), "model": request.model}
+    options = body.get("stream_options") or {}
+    include_usage = bool(options.get("include_usage"))
+    if include_usage:
+        header["usage"] = None
+    laid_out = [choice_tokens(request, text) for text in texts]
+    chunks: list[tuple[dict[str, Any], bool]] = []
+
+    def add(index: int, piece: dict[str, Any], token: bool) -> None:
+        chunks.append(({**header, "choices": [{"index": index, "logprobs": None, "finish_reason": None, **piece}]},
+                       token))
+
+    if chat:
+        for index in range(len(texts)):
+            add(index, {"delta": {"role": "assistant", "content": ""}}, False)
+    longest = max((len(tokens) for tokens, _ in laid_out), default=0)
+    for position in range(longest):
+        for index, (tokens, _) in enumerate(laid_out):
+            if position < len(tokens):
+                add(index, _token_piece(request, tokens, position), True)
+    for index, (_, finish) in enumerate(laid_out):
+        add(index, {"delta": {}, "finish_reason": finish} if chat else {"text": "", "finish_reason": finish}, False)
+    if include_usage:
+        prompt_tokens = len(fake_tokenize(request.prompt_text))
+        completion_tokens = sum(len(tokens) for tokens, _ in laid_out)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                 "total_tokens": prompt_tokens + completion_tokens}
+        chunks.append(({**header, "choices": [], "usage": usage}, False))
+    if body.get("return_token_ids") and chunks:
+        first = chunks[0][0]
+        first["prompt_token_ids"] = [fake_token_id(token) for token in fake_tokenize(request.prompt_text)]
+    return StreamedAnswer(identifier, tuple(c for c, _ in chunks), tuple(t for _, t in chunks), len(texts))
+
+
+def _token_piece(request: ServerRequest, tokens: tuple[str, ...], position: int) -> dict[str, Any]:
+    """The choice part of the chunk carrying token ``position``: its text, logprob and id as asked."""
+    token = tokens[position]
+    logprob = fake_logprob(token, position)
+    wanted = request.body.get("logprobs")
+    piece: dict[str, Any]
+    if request.endpoint == "chat":
+        piece = {"delta": {"content": token}}
+        if wanted:
+            entry = {"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": []}
+            piece["logprobs"] = {"content": [entry]}
+    else:
+        piece = {"text": token}
+        if wanted is not None and wanted is not False:
+            offset = sum(len(t) for t in tokens[:position])
+            piece["logprobs"] = {"tokens": [token], "token_logprobs": [logprob], "top_logprobs": [{token: logprob}],
+                                 "text_offset": [offset]}
+    if request.body.get("return_token_ids"):
+        piece["token_ids"] = [fake_token_id(token)]
+    return piece
