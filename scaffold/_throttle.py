@@ -2,20 +2,22 @@
 
 A :class:`Throttle` is off until a provider shows a real limit, then paces every request of the
 model (across runs, event loops and threads) while the limit holds. It reads the answers in
-windows (at least ``min_window`` seconds and ``min_answers`` answers, at most ``max_window``
-seconds) and asks one question of each: what share of them were 429s?
+windows (at least ``min_window`` seconds and ``min_requests`` requests, at most ``max_window``
+seconds) and asks one question of each: what share of the requests sent in it were answered 429?
 
-- **A limit** — more than ``threshold`` of a window's answers were 429s (at least
-  ``min_refused``): the provider accepted ``1 - share`` of what was offered, so the pace becomes
-  that accepted rate plus ``headroom`` (the offered rate is the pace while it held requests
-  back, else the rate answers came in). The cut is *to the measured accepted rate*, never a
-  blind halving, so a false alarm costs little: a provider under transient load that refuses a
-  steady share of requests whatever the rate (sporadic 429s) gets a pace near what was being
-  sent, and the pace climbs back.
-- **Below the limit** — a window without one, in which the pace held requests back, raises the
-  pace: by ``increase`` per ``min_window`` seconds while 429s still come now and then (probing
-  near the limit), by ``fast_increase`` once ``4 * min_window`` seconds passed without one (a
-  raised limit is found within seconds).
+- **A limit** — to engage, more than ``sure_share`` of a window's requests were 429s (at least
+  ``min_refused``); once engaged, more than ``threshold``, by two standard deviations or over
+  ``evidence`` requests. The provider accepted ``1 - share`` of what was offered, so the pace
+  becomes that accepted rate plus ``headroom`` (engaging cuts to no less than ``max_cut`` of the
+  offered rate). The cut is *to the measured accepted rate*, never a blind halving, so a false
+  alarm costs little, and a provider under transient load that refuses a steady share of requests
+  at random (sporadic 429s) never engages it at all. 429s to requests sent before the last cut say
+  nothing of the new pace and are not counted.
+- **Below the limit** — a window in which the pace held requests back raises the pace: by
+  ``increase`` per request sent while 429s still come now and then (probing near the limit), and,
+  once ``quiet / 4`` seconds and ``min_requests / 2`` requests passed without one, by steps that
+  double from ``headroom / 2`` up to 50% a window (a raised limit is found within seconds). The
+  first 429 after such a step sets the pace back to what it was before the step.
 - **Off** — ``quiet`` seconds without a 429, in which the pace held nothing back: full speed.
 - ``Retry-After`` is the business of the request that received it (:class:`~scaffold.backends.Retry`
   waits it out before that request's retry): one 429's hint never stalls every other request.
@@ -56,8 +58,8 @@ class Throttle:
     Args:
         threshold: share of a window's answers that are 429s above which the window shows a limit.
         headroom: after a limit, the pace is the accepted rate times ``1 + headroom``.
-        increase: pace growth per ``min_window`` seconds while probing near the limit (429s lately).
-        fast_increase: pace growth per ``min_window`` seconds with no 429 for ``4 * min_window`` seconds.
+        increase: pace growth per request sent while probing near the limit (429s lately).
+        min_change: a cut smaller than this share of the pace is taken for noise and not made.
         quiet: seconds without a 429 (and without the pace holding a request back) before the throttle
             switches off.
         min_window: shortest window, in seconds.
@@ -76,7 +78,7 @@ class Throttle:
         *,
         threshold: float = 0.1,
         headroom: float = 0.12,
-        increase: float = 0.002,
+        increase: float = 0.0005,
         min_change: float = 0.03,
         quiet: float = 2.0,
         min_window: float = 0.25,
@@ -115,7 +117,8 @@ class Throttle:
         self._window_number = self._window_refused = self._cut_number = 0
         self._held = False  # the pace held a request back during this window
         self._last_refused = self._last_held = float("-inf")
-        self._step = headroom  # the next probing step while no 429 comes
+        self._step = headroom / 2  # the next probing step while no 429 comes
+        self._before_step: float | None = None  # the pace before the last such step (no 429 came at it)
 
     def __repr__(self) -> str:
         pace = "off" if self.rate is None else f"{self.rate:.3g}/s"
@@ -170,8 +173,14 @@ class Throttle:
                 return
             self._window_refused += 1
             self._refused_number = max(self._refused_number, number)
-            self._step = self.headroom
             self._last_refused = now
+            if self._before_step is not None and self.rate is not None and self._before_step < self.rate:
+                # the first 429 after probing steps: the step overshot, so go back to the last quiet pace now
+                self.rate = self._before_step
+                self._cut_number = self._last_number + 1
+                self.changes.append((now, self.rate))
+            self._before_step = None
+            self._step = self.headroom / 2
             self._maybe_decide(now, number)
 
     # -- decisions (under the lock) -----------------------------------------------------------------
@@ -213,6 +222,7 @@ class Throttle:
                 self.changes.append((now, None))
             elif self._held:  # the pace, not the demand, bounded this window: probe upwards
                 if quiet:  # no 429 for a while: the limit rose (or went); probe with steps that double
+                    self._before_step = self.rate
                     self.rate *= 1.0 + self._step
                     self._step = min(2.0 * self._step, 0.5)
                 else:
@@ -230,6 +240,10 @@ class Throttle:
         return refused - self.threshold * sent >= 2.0 * spread
 
     def _quiet(self, now: float) -> bool:
-        """No 429 lately: for ``quiet / 4`` seconds and ``min_requests`` requests."""
+        """No 429 lately: for ``quiet / 4`` seconds and ``min_requests / 2`` requests.
+
+        At a limit the pace is ``headroom`` over it, so about one request in ten is refused: twelve
+        in a row answered is a sign (not a proof) that the limit rose, and the first probing step is
+        only ``headroom / 2``, so a false sign costs a few points of pace until the next 429."""
         since = self._last_number - self._refused_number
-        return now - self._last_refused >= self.quiet / 4 and since >= self.min_requests
+        return now - self._last_refused >= self.quiet / 4 and since >= self.min_requests / 2

@@ -86,10 +86,16 @@ def test_a_rate_limit_is_found_and_followed_closely(limit):
 
 
 def test_a_limit_that_moves_is_followed_within_seconds():
-    """40 -> 10 -> 40 requests/s: within 5 s of each change the client sends within 20% of the new limit."""
+    """40 -> 10 -> 40 requests/s: within 3 s of each change the client sends within 20% of the new limit
+    (the issue's target is 5 s), and within 5 s of a rise from 10 to 25 requests/s."""
     throttle = sf.Throttle()
     sends = simulate(throttle, lambda t: 10.0 if 20 <= t < 40 else 40.0, 60.0)
-    for start, limit in ((25, 10.0), (45, 40.0)):
+    for start, limit in ((23, 10.0), (43, 40.0)):
+        rates = per_second(sends, start, start + 15)
+        assert all(abs(rate - limit) <= 0.2 * limit for rate in rates), (start, rates)
+    throttle = sf.Throttle()
+    sends = simulate(throttle, lambda t: 10.0 if t < 20 else 25.0, 40.0)
+    for start, limit in ((25, 25.0),):
         rates = per_second(sends, start, start + 15)
         assert all(abs(rate - limit) <= 0.2 * limit for rate in rates), (start, rates)
 
