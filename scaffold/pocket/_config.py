@@ -90,6 +90,10 @@ class PocketConfig:
     select_max_checks: int = 24
     target_pass1: float = 0.38
     """Of the eligible checkpoints, the one whose pass@1 is nearest this is kept."""
+    attempts: int = 2
+    """Trainings tried before giving up on the regime: when a training's climb leaves no checkpoint that
+    meets it with the margin on validation (on some CPUs a seed's climb does), the build trains afresh
+    from the seed ``seed + 1000 * attempt``; the last training is kept if none does."""
     regime: Regime = field(default_factory=Regime)
     eval_problems: int = 200
     """Held-out problems the build evaluates the saved model on (always the same ones, seed 0)."""
@@ -149,3 +153,7 @@ class BuildReport:
     """(step, validation figures) of every regime check made while selecting."""
     eval: dict[str, float] = field(default_factory=dict)
     """Everything :func:`~scaffold.pocket.evaluate_pocket` returned."""
+    attempts: int = 1
+    """Trainings made (more than one when a training had no eligible checkpoint on validation)."""
+    trained_seed: int = 0
+    """The seed of the training kept (``seed`` unless a later attempt was kept)."""

@@ -94,6 +94,11 @@ class Selection:
         self.checkpoints.append(Checkpoint(step, dict(figures), weights))
 
     @property
+    def eligible(self) -> bool:
+        """Whether some checkpoint meets the regime with the margin."""
+        return any(self.regime.holds(c.figures, margin=self.margin) for c in self.checkpoints)
+
+    @property
     def done(self) -> bool:
         checks = self.checkpoints
         if not checks:

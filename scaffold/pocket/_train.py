@@ -12,7 +12,10 @@ floating-point details, on the CPU. So the loop keeps an exponential moving aver
 (which climbs smoothly where the raw weights jump about), watches its pass@1 on validation
 problems, and, while it crosses the band of the aggregation regime, checks it against every
 criterion of :class:`~scaffold.pocket.Regime` and keeps the best checkpoint
-(:class:`~scaffold.pocket._regime.Selection`). No wall-clock budget is involved anywhere.
+(:class:`~scaffold.pocket._regime.Selection`). A climb can still cross the band without any
+checkpoint meeting the regime (a seed does so on some CPUs and not on others): then the build trains
+afresh from a derived seed, up to ``PocketConfig.attempts`` trainings, deciding on validation problems
+only. No wall-clock budget is involved anywhere.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +73,8 @@ def build_pocket_model(
     import torch
 
     config = config or PocketConfig()
+    if config.attempts < 1:
+        raise ValueError(f"PocketConfig.attempts must be at least 1, not {config.attempts}")
     say: Callable[[str], None] = print if progress else (lambda _: None)
     started = time.perf_counter()
     threads = torch.get_num_threads()
@@ -83,7 +88,14 @@ def build_pocket_model(
         validation = task.problems(max(config.check_problems, config.select_problems), seed=CHECK_SEED,
                                    split="validation")
         say(f"pocket: task {task.name}, {params / 1e6:.2f}M parameters, at most {config.max_steps} steps")
-        trained = train(model, tokenizer, config, validation, say)
+        attempt, seeded = 0, config
+        trained = train(model, tokenizer, seeded, validation, say)
+        while not trained.selection.eligible and attempt + 1 < config.attempts:
+            attempt += 1
+            seeded = replace(config, seed=config.seed + 1000 * attempt)
+            say(f"pocket: no checkpoint met the regime on validation; training afresh from seed {seeded.seed}")
+            model = new_model(seeded, tokenizer)
+            trained = train(model, tokenizer, seeded, validation, say)
         train_seconds = time.perf_counter() - started
         out = Path(out_dir)
         save(model, tokenizer, config, out)
@@ -102,6 +114,7 @@ def build_pocket_model(
         build_seconds=time.perf_counter() - started, train_seconds=train_seconds, steps=trained.steps, params=params,
         **held_out, in_regime=not misses, chosen_step=trained.chosen_step, checks=tuple(trained.checks),
         selection=tuple((c.step, c.figures) for c in trained.selection.checkpoints), eval=figures,
+        attempts=attempt + 1, trained_seed=seeded.seed,
     )
     (out / REPORT).write_text(json.dumps(asdict(report), indent=2) + "\n")
     say(format_report(report))
@@ -114,7 +127,9 @@ def format_report(report: BuildReport) -> str:
     """The figures of a build on a few lines."""
     e = report.eval
     return (
-        f"pocket: kept step {report.chosen_step} of {report.steps}, {report.params / 1e6:.2f}M parameters, "
+        f"pocket: kept step {report.chosen_step} of {report.steps}"
+        + (f" (training {report.attempts}, seed {report.trained_seed})" if report.attempts > 1 else "")
+        + f", {report.params / 1e6:.2f}M parameters, "
         f"built in {report.build_seconds:.0f} s (training {report.train_seconds:.0f} s)\n"
         f"  held-out, {int(e.get('problems', 0))} problems, temperature 1: pass@1 {report.pass1:.3f}  "
         f"pass@8 {report.pass8:.3f}  maj@8 {report.maj8:.3f}  maj@4 {report.maj4:.3f}  "
