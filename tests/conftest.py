@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -77,6 +78,15 @@ def pocket_default(tmp_path_factory: pytest.TempPathFactory) -> Any:
     path = tmp_path_factory.mktemp("pocket-default") / "model"
     return path, build_pocket_model(path, PocketConfig(), progress=False)
 
+
+
+@pytest.fixture
+def fast_thread_switching() -> Iterator[None]:
+    """Threads switch every microsecond (not every 5 ms), so an unlocked counter would lose updates."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
 
 # -- stores: every store test runs on SQLite and on a real PostgreSQL server -----------------------
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import pytest
@@ -77,15 +76,6 @@ def test_budget_needs_a_positive_limit():
         sf.Budget()
     with pytest.raises(ValueError):
         sf.Budget(max_tokens=0)
-
-
-@pytest.fixture
-def fast_thread_switching():
-    """Threads switch every microsecond (not every 5 ms), so an unlocked counter would lose updates."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(before)
 
 
 def test_a_budget_shared_by_threads_counts_every_call_exactly(fast_thread_switching):

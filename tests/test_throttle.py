@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -130,15 +129,6 @@ def test_429s_for_requests_sent_before_a_cut_do_not_cut_again():
         throttle.rate_limited(number, now=1.0 + i / 10)
     assert throttle.limited == 1 and (throttle.rate is None or throttle.rate >= pace)
     assert throttle.refused == 60
-
-
-@pytest.fixture
-def fast_thread_switching():
-    """Threads switch every microsecond (not every 5 ms), so an unlocked counter would lose updates."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(before)
 
 
 def test_counts_are_exact_across_threads(fast_thread_switching):
