@@ -213,8 +213,9 @@ def test_a_local_hugging_face_dataset_directory_loads_through_datasets(tmp_path:
     assert [(r["problem"], r["answer"]) for r in rows] == [("1+1", "2"), ("2+3", "5")]
     assert source == f"hf:{folder}:test" and dataset.endswith("-test")
     done = scaffold("--store", str(tmp_path / "r.db"), "eval", "single_sample", "--data", "hf:no-such-org/no-such-set",
-                    env={"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+                    env={"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "SCAFFOLD_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 1 and "no-such-org/no-such-set: cannot load split 'test'" in done.stderr
+    assert "pocket:" not in done.stdout and not (tmp_path / "cache" / "pocket").exists()  # failed before any build
 
 
 @pytest.mark.slow

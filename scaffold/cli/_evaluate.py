@@ -179,11 +179,18 @@ def plans(ask: Ask, name: str | None) -> list[Plan]:
     if name is not None and len(combos) > 1:
         names = [f"{name}.{_suffix(combo, combos)}" for combo in combos]
     made = []
+    # problems from a file or the hub are loaded first: a bad --data fails before any model is built or loaded
+    given_rows = None
+    if ask.data not in (None, "pocket"):
+        given_rows = load_rows(ask.data, ask.limit, ask.seed, None, ask.problem_key, ask.answer_key)
     for combo, given in zip(combos, names):
         graph, bound = prepare(ask.topology, combo, ask.model_values, api_base=ask.api_base, prompts=ask.prompts,
                                temperature=ask.temperature, max_tokens=ask.max_tokens)
-        rows, dataset, source = load_rows(ask.data, ask.limit, ask.seed, bound.pocket_dir, ask.problem_key,
-                                          ask.answer_key)
+        if given_rows is not None:
+            rows, dataset, source = list(given_rows[0]), given_rows[1], given_rows[2]
+        else:
+            rows, dataset, source = load_rows(ask.data, ask.limit, ask.seed, bound.pocket_dir, ask.problem_key,
+                                              ask.answer_key)
         settings = {
             "topology": ask.topology, "params": combo, "models": bound.specs, "api_base": _safe(ask.api_base),
             "prompts": ask.prompts or ("pocket" if bound.pocket else "generic"), "temperature": ask.temperature,
