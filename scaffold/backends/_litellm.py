@@ -162,20 +162,24 @@ class LiteLLMBackend:
         return client
 
     # -- one call ---------------------------------------------------------------------------------
+    async def _send(self, litellm: Any, request: Request, kwargs: dict[str, Any]) -> Any:
+        """One litellm call for ``request`` (streamed if ``kwargs`` says so): the text endpoint for a raw
+        prompt, else chat."""
+        if request.prompt is not None and not request.messages:
+            client = self._text_client(kwargs)
+            if client is not None:
+                kwargs["client"] = client
+            return await litellm.atext_completion(prompt=request.prompt, **kwargs)
+        messages = [{"role": role, "content": content} for role, content in request.messages]
+        return await litellm.acompletion(messages=messages, **kwargs)
+
     async def complete(self, request: Request) -> list[Completion]:
         """Send ``request`` once; map any failure to a typed :class:`BackendError`."""
         litellm = import_litellm()
         kwargs = self._kwargs(request)
         error: BackendError | None = None
         try:
-            if request.prompt is not None and not request.messages:
-                client = self._text_client(kwargs)
-                if client is not None:
-                    kwargs["client"] = client
-                response = await litellm.atext_completion(prompt=request.prompt, **kwargs)
-            else:
-                messages = [{"role": role, "content": content} for role, content in request.messages]
-                response = await litellm.acompletion(messages=messages, **kwargs)
+            response = await self._send(litellm, request, kwargs)
         except Exception as exc:
             error = typed_error(litellm, exc, self._redact(
                 f"{self.model_name}: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}"))

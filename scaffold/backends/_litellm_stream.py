@@ -36,14 +36,7 @@ async def stream_litellm(backend: LiteLLMBackend, request: Request) -> AsyncIter
     error: BackendError | None = None
     response: Any = None
     try:
-        if request.prompt is not None and not request.messages:
-            client = backend._text_client(kwargs)
-            if client is not None:
-                kwargs["client"] = client
-            response = await litellm.atext_completion(prompt=request.prompt, **kwargs)
-        else:
-            messages = [{"role": role, "content": content} for role, content in request.messages]
-            response = await litellm.acompletion(messages=messages, **kwargs)
+        response = await backend._send(litellm, request, kwargs)
         async for chunk in response:
             model = getattr(chunk, "model", None) or model
             usage = getattr(chunk, "usage", None) or usage
