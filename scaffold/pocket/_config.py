@@ -18,9 +18,12 @@ FORMAT_VERSION = 2
 class PocketConfig:
     """Everything that decides a pocket model: task, model size, training schedule, checkpoint selection.
 
-    Training is deterministic given ``seed`` and ``threads`` on one machine; on another CPU the
-    last bits of the arithmetic differ, so the checkpoint kept may differ, but the way it is chosen
-    keeps every build in the aggregation regime (:class:`~scaffold.pocket.Regime`):
+    Training is deterministic given ``seed`` and ``threads``. With ``portable=True`` (the default)
+    it is so across x86-64 CPUs too: the build trains in a child process whose MKL and ATen kernels
+    give the same bits on any Intel or AMD processor with AVX2 (see :mod:`scaffold.pocket._portable`),
+    so a seed lands where it landed when it was chosen. With native arithmetic the last bits differ
+    from one CPU to the next and so may the checkpoint kept; the way it is chosen aims every build at
+    the aggregation regime (:class:`~scaffold.pocket.Regime`) either way:
 
     1. *climb*: from ``check_from`` on, every ``check_every`` steps the weight average samples
        ``check_samples`` temperature-1 solutions of ``check_problems`` validation problems;
@@ -54,6 +57,10 @@ class PocketConfig:
     """Seeds the weights, the training problems and candidates, and the checks' sampling."""
     threads: int = 2
     """Torch threads while building (results can depend on it in the last bits)."""
+    portable: bool = True
+    """Train with arithmetic that gives the same bits on every x86-64 CPU (MKL's COMPATIBLE branch and
+    ATen's AVX2 kernels, in a child process; about 1.6x the training time), so the build is the same
+    model everywhere. ``False``: this process's native arithmetic, faster, CPU-dependent."""
     max_steps: int = 3000
     batch_size: int = 16
     """Solving examples per solving step."""
@@ -115,6 +122,20 @@ class PocketConfig:
         )
         return cls(**{**values, **overrides})
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PocketConfig:
+        """The config ``dataclasses.asdict`` wrote (``scaffold.json`` holds one); unknown keys are an error.
+
+        Example:
+            >>> from dataclasses import asdict
+            >>> PocketConfig.from_dict(asdict(PocketConfig(seed=3))) == PocketConfig(seed=3)
+            True
+        """
+        values = dict(data)
+        if isinstance(values.get("regime"), dict):
+            values["regime"] = Regime(**values["regime"])
+        return cls(**values)
+
     @property
     def task(self) -> PocketTask:
         return PocketTask(digits=self.digits, terms=self.terms)
@@ -157,3 +178,22 @@ class BuildReport:
     """Trainings made (more than one when a training had no eligible checkpoint on validation)."""
     trained_seed: int = 0
     """The seed of the training kept (``seed`` unless a later attempt was kept)."""
+    arithmetic: str = ""
+    """How the build computed, e.g. ``"portable (MKL COMPATIBLE, ATen avx2, x86_64)"``
+    (see :attr:`PocketConfig.portable`)."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BuildReport:
+        """The report a build saved as ``pocket_report.json`` (lists turned back into tuples).
+
+        Example:
+            >>> from dataclasses import asdict
+            >>> r = BuildReport(build_seconds=1, train_seconds=1, steps=2, params=3, pass1=0.4, pass8=0.9,
+            ...                 maj8=0.5, maj4=0.4, agg4=0.6, checks=((1, 0.5),), selection=((1, {"pass1": 0.4}),))
+            >>> BuildReport.from_dict(json.loads(json.dumps(asdict(r)))) == r
+            True
+        """
+        values = dict(data)
+        values["checks"] = tuple((int(s), float(a)) for s, a in values.get("checks", ()))
+        values["selection"] = tuple((int(s), dict(f)) for s, f in values.get("selection", ()))
+        return cls(**values)

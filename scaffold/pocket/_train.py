@@ -15,7 +15,9 @@ criterion of :class:`~scaffold.pocket.Regime` and keeps the best checkpoint
 (:class:`~scaffold.pocket._regime.Selection`). A climb can still cross the band without any
 checkpoint meeting the regime (a seed does so on some CPUs and not on others): then the build trains
 afresh from a derived seed, up to ``PocketConfig.attempts`` trainings, deciding on validation problems
-only. No wall-clock budget is involved anywhere.
+only. No wall-clock budget is involved anywhere. By default none of this depends on the CPU at all:
+the build runs in portable arithmetic (:mod:`scaffold.pocket._portable`), the same bits on every
+x86-64 machine, so the checkpoint a seed lands on is the one it landed on when it was chosen.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from scaffold.pocket._cache import REPORT
 from scaffold.pocket._config import FORMAT_VERSION, BuildReport, PocketConfig
 from scaffold.pocket._evaluate import check_accuracy, check_figures, evaluate_pocket
 from scaffold.pocket._examples import Example, Examples
+from scaffold.pocket._portable import arithmetic, build_in_child, in_portable_process, x86_64
 from scaffold.pocket._prompts import aggregate_prompt, encode_example
 from scaffold.pocket._regime import Selection
 from scaffold.pocket._task import PocketTask
@@ -64,7 +67,9 @@ def build_pocket_model(
     Saves the model and tokenizer with ``save_pretrained`` (the transformers backend, a vLLM server
     and the trainer all load the directory), ``scaffold.json`` (kind, config, format version) and
     ``pocket_report.json`` (the :class:`BuildReport`). Prints progress and the figures unless
-    ``progress=False``. Deterministic given ``config.seed`` and ``config.threads``.
+    ``progress=False``. Deterministic given ``config.seed`` and ``config.threads``; with
+    ``config.portable`` (the default) the same on every x86-64 CPU, the build then running in a
+    child process (see :mod:`scaffold.pocket._portable`).
 
     Example:
         >>> report = build_pocket_model("/tmp/pocket", PocketConfig(max_steps=300))  # doctest: +SKIP
@@ -75,6 +80,9 @@ def build_pocket_model(
     config = config or PocketConfig()
     if config.attempts < 1:
         raise ValueError(f"PocketConfig.attempts must be at least 1, not {config.attempts}")
+    config.task  # noqa: B018 (a bad task raises here, before any child starts)
+    if config.portable and x86_64() and not in_portable_process():
+        return BuildReport.from_dict(build_in_child(Path(out_dir), config, progress=progress))
     say: Callable[[str], None] = print if progress else (lambda _: None)
     started = time.perf_counter()
     threads = torch.get_num_threads()
@@ -114,7 +122,7 @@ def build_pocket_model(
         build_seconds=time.perf_counter() - started, train_seconds=train_seconds, steps=trained.steps, params=params,
         **held_out, in_regime=not misses, chosen_step=trained.chosen_step, checks=tuple(trained.checks),
         selection=tuple((c.step, c.figures) for c in trained.selection.checkpoints), eval=figures,
-        attempts=attempt + 1, trained_seed=seeded.seed,
+        attempts=attempt + 1, trained_seed=seeded.seed, arithmetic=arithmetic(),
     )
     (out / REPORT).write_text(json.dumps(asdict(report), indent=2) + "\n")
     say(format_report(report))

@@ -1,0 +1,124 @@
+"""Portable arithmetic: a pocket build that trains the same bits on every x86-64 CPU.
+
+Training a pocket model is chaotic: the last bits of one matrix product decide, hundreds of
+steps later, at which step accuracy climbs and how well the model aggregates there. Those bits
+depend on the CPU. MKL picks its matrix kernels by vendor and instruction set (an Intel and an
+AMD processor with the same AVX-512 run different code) and ATen its vectorised kernels by
+instruction set, so a seed that lands in the aggregation regime on one machine can miss it on
+another: this is what failed CI on one runner while it passed on others.
+
+A *portable* build fixes both before torch loads, in a child process of its own:
+
+- ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility on its SSE2 branch, the one
+  branch Intel documents to give the same results on Intel and compatible (AMD) processors, with
+  a fixed number of threads (the config's ``threads``);
+- ``ATEN_CPU_CAPABILITY=avx2``: ATen's AVX2 kernels, on every CPU that has AVX2 (all x86-64
+  servers of the last ten years; an older one falls back to its own and may differ).
+
+It costs about 1.6x the training time of native arithmetic. On a CPU that is not x86-64 (an Arm
+Mac, say) the variables change nothing and the build is native there.
+
+Example:
+    >>> sorted(PORTABLE_ENV)
+    ['ATEN_CPU_CAPABILITY', 'MKL_CBWR']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+PORTABLE_ENV: Mapping[str, str] = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2"}
+"""The environment a portable build runs in (read once, when torch and MKL load)."""
+UNSET = ("MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+"""Variables that would steer the kernels a portable build runs; its child starts without them."""
+ERROR_FILE = ".build_error.json"
+"""Where the child writes the type and message of an exception, so the parent raises the same type."""
+RAISED = {"ValueError": ValueError, "RuntimeError": RuntimeError, "MemoryError": MemoryError,
+          "OSError": OSError, "ImportError": ImportError}
+
+
+def x86_64() -> bool:
+    """Whether this machine is x86-64 (where MKL and ATen's AVX2 kernels apply)."""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def in_portable_process() -> bool:
+    """Whether this process started with :data:`PORTABLE_ENV` (its torch then computes portably)."""
+    return all(os.environ.get(name) == value for name, value in PORTABLE_ENV.items())
+
+
+def arithmetic() -> str:
+    """How this process computes, in words (the build report records it).
+
+    E.g. ``"portable (MKL COMPATIBLE, ATen AVX2, x86_64)"`` or ``"native (MKL AUTO, ATen AVX512, x86_64)"``.
+    """
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    mkl = os.environ.get("MKL_CBWR", "AUTO")
+    kind = "portable" if in_portable_process() and x86_64() else "native"
+    return f"{kind} (MKL {mkl}, ATen {capability}, {platform.machine()})"
+
+
+def build_in_child(out_dir: Path, config: Any, *, progress: bool) -> dict[str, Any]:
+    """Run :func:`~scaffold.pocket.build_pocket_model` in a fresh interpreter with :data:`PORTABLE_ENV`.
+
+    Progress goes to this process's stdout and stderr as it happens. Returns the report the child
+    saved (a dict); an exception in the child is raised here with its type (when it is one of
+    :data:`RAISED`) and message; a child killed by a signal raises :class:`RuntimeError`.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / ERROR_FILE).unlink(missing_ok=True)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**{k: v for k, v in os.environ.items() if k not in UNSET}, **PORTABLE_ENV, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
+    command = [sys.executable, "-m", "scaffold.pocket._portable", str(out_dir), json.dumps(asdict(config)),
+               "1" if progress else "0"]
+    child = subprocess.Popen(command, env=env, stdout=None if progress else subprocess.DEVNULL)
+    try:
+        code = child.wait()
+    finally:
+        if child.poll() is None:  # interrupted here (Ctrl-C, a timeout): never leave it training
+            child.terminate()
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    error_file = out_dir / ERROR_FILE
+    if code != 0:
+        if error_file.is_file():
+            error = json.loads(error_file.read_text())
+            error_file.unlink()
+            raise RAISED.get(error["type"], RuntimeError)(error["message"])
+        raise RuntimeError(f"the pocket build's child process ended with exit code {code}")
+    from scaffold.pocket._cache import REPORT
+
+    return dict(json.loads((out_dir / REPORT).read_text()))
+
+
+def _child(out_dir: str, config_json: str, progress: str) -> int:
+    from scaffold.pocket._config import PocketConfig
+    from scaffold.pocket._train import build_pocket_model
+
+    try:
+        build_pocket_model(out_dir, PocketConfig.from_dict(json.loads(config_json)), progress=progress == "1")
+    except Exception as error:  # the parent raises it again, typed
+        (Path(out_dir) / ERROR_FILE).write_text(json.dumps({"type": type(error).__name__, "message": str(error)}))
+        if isinstance(error, ValueError):  # bad input: the parent's message says it all
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(*sys.argv[1:4]))

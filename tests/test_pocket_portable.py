@@ -1,0 +1,72 @@
+"""Portable pocket builds: the same bits on every x86-64 CPU, in a child process, with typed errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from scaffold.pocket import BuildReport, PocketConfig, build_pocket_model
+from scaffold.pocket._portable import PORTABLE_ENV, UNSET, x86_64
+
+pytestmark = pytest.mark.skipif(not x86_64(), reason="portable arithmetic is defined for x86-64 CPUs only")
+
+TINY = dict(max_steps=12, eval_problems=4, attempts=1)
+
+
+def weights(path: Path) -> bytes:
+    return (path / "model.safetensors").read_bytes()
+
+
+def test_a_portable_build_ignores_the_callers_kernel_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever MKL and ATen variables the caller has set, the child trains with PORTABLE_ENV: equal bits."""
+    config = PocketConfig.quick(**TINY)
+    first = build_pocket_model(tmp_path / "clean", config, progress=False)
+    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    for name in UNSET:
+        monkeypatch.setenv(name, "SSE4_2")
+    second = build_pocket_model(tmp_path / "steered", config, progress=False)
+    assert weights(tmp_path / "clean") == weights(tmp_path / "steered")
+    assert first.arithmetic == second.arithmetic == "portable (MKL COMPATIBLE, ATen AVX2, x86_64)"
+    assert json.loads((tmp_path / "clean" / "pocket_report.json").read_text())["arithmetic"] == first.arithmetic
+    assert isinstance(first, BuildReport) and first.steps == 12 and first.eval["problems"] == 4
+
+
+def test_a_native_build_trains_in_this_process_with_its_own_kernels(tmp_path: Path) -> None:
+    """portable=False: no child, this process's MKL and ATen (recorded as native); other bits than portable."""
+    import torch
+
+    native = build_pocket_model(tmp_path / "native", PocketConfig.quick(portable=False, **TINY), progress=False)
+    assert native.arithmetic.startswith("native (MKL ") and torch.backends.cpu.get_cpu_capability() in native.arithmetic
+    portable = build_pocket_model(tmp_path / "portable", PocketConfig.quick(**TINY), progress=False)
+    if "MKL AUTO" in native.arithmetic:  # MKL's own (AVX) branch rounds otherwise than SSE2 within 12 steps
+        assert weights(tmp_path / "native") != weights(tmp_path / "portable")
+    assert portable.arithmetic.startswith("portable")
+
+
+def test_an_error_in_the_child_is_raised_typed_and_a_bad_config_before_any_child(tmp_path: Path) -> None:
+    """A diverging training raises RuntimeError with the child's message; a bad task raises ValueError at once."""
+    with pytest.raises(RuntimeError, match="loss diverged"):
+        build_pocket_model(tmp_path / "diverged", PocketConfig.quick(lr=1e12, warmup_steps=1, **TINY), progress=False)
+    assert not (tmp_path / "diverged" / "pocket_report.json").exists()
+    with pytest.raises(ValueError, match="digits"):
+        build_pocket_model(tmp_path / "bad", PocketConfig.quick(digits=0), progress=False)
+    assert not (tmp_path / "bad").exists()  # refused before a child or a directory
+
+
+def test_config_and_report_survive_their_json() -> None:
+    """PocketConfig.from_dict and BuildReport.from_dict invert asdict through JSON; unknown keys are refused."""
+    config = PocketConfig.quick(seed=7, portable=False)
+    assert PocketConfig.from_dict(json.loads(json.dumps(asdict(config)))) == config
+    assert PocketConfig().portable is True
+    assert PocketConfig().fingerprint() != PocketConfig(portable=False).fingerprint()
+    with pytest.raises(TypeError):
+        PocketConfig.from_dict({"no_such_field": 1})
+    report = BuildReport(build_seconds=1.5, train_seconds=1.0, steps=9, params=10, pass1=0.4, pass8=0.9, maj8=0.5,
+                         maj4=0.45, agg4=0.6, checks=((5, 0.1),), selection=((9, {"pass1": 0.4}),),
+                         arithmetic="portable (MKL COMPATIBLE, ATen AVX2, x86_64)")
+    assert BuildReport.from_dict(json.loads(json.dumps(asdict(report)))) == report
+    assert set(PORTABLE_ENV) == {"MKL_CBWR", "ATEN_CPU_CAPABILITY"}
