@@ -71,7 +71,7 @@ def pocket_quick(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def pocket_default(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The default pocket model (``PocketConfig()``, what ``pocket_model()`` builds), trained once per session.
 
-    About four minutes on two cores; returns ``(directory, BuildReport)``.
+    About six minutes on two cores (portable arithmetic, in a child process); returns ``(directory, BuildReport)``.
     """
     from scaffold.pocket import PocketConfig, build_pocket_model
 

@@ -102,6 +102,36 @@ def test_a_training_with_no_eligible_checkpoint_is_retried_from_a_derived_seed(t
         build_pocket_model(tmp_path / "none", PocketConfig.quick(attempts=0), progress=False)
 
 
+def test_a_training_lands_only_when_its_checkpoint_is_eligible_and_confirmed() -> None:
+    """landed(): eligible on the selection checks with the margin, and inside the regime on fresh problems."""
+    from scaffold.pocket._train import Trained, landed
+
+    def trained(*looks: dict[str, float]) -> Trained:
+        chosen = Selection(Regime(), margin=0.05, target_pass1=0.38, after_eligible=3, max_checks=24)
+        for step, look in enumerate(looks):
+            chosen.add(10 * step, look, [])
+        return Trained(steps=10 * len(looks), chosen_step=0, checks=[], selection=chosen)
+
+    eligible = trained(figures(agg4=0.70))  # +0.20 over maj@4: eligible with the margin
+    config = PocketConfig()
+    assert landed(config, eligible, figures(agg4=0.56))  # confirmed inside the regime (no margin needed)
+    assert not landed(config, eligible, figures(agg4=0.54))  # selection's gain did not hold on fresh problems
+    assert not landed(config, trained(figures(agg4=0.57)), figures())  # inside, not by the margin: never eligible
+    assert landed(PocketConfig(confirm_problems=0), eligible, {})  # no confirmation asked
+    assert not landed(config, trained(), {})
+
+
+def test_confirmation_problems_are_validation_problems_selection_never_read() -> None:
+    """The build's one draw of validation problems splits into selection's and confirmation's, disjoint."""
+    config = PocketConfig()
+    looked = max(config.check_problems, config.select_problems)
+    rows = config.task.problems(looked + config.confirm_problems, seed=1, split="validation")
+    assert rows[:looked] == config.task.problems(looked, seed=1, split="validation")  # selection's set unchanged
+    confirming = {row["problem"] for row in rows[looked:]}
+    assert len(confirming) == config.confirm_problems and not confirming & {row["problem"] for row in rows[:looked]}
+    assert {split_of(p) for p in confirming} == {"validation"}
+
+
 # -- splits and examples ----------------------------------------------------------------------------
 def test_validation_split_is_its_own_tenth_of_the_task() -> None:
     """Validation problems are disjoint from train and test ones, about 10% of all problems, and drawable."""

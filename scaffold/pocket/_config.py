@@ -34,7 +34,10 @@ class PocketConfig:
        regime on ``select_problems`` validation problems (8 samples each, maj@4 and agg@4 on
        their two groups of four); training ends when selection is done (see
        :class:`~scaffold.pocket._regime.Selection`) or at ``max_steps``, and the build keeps the
-       chosen checkpoint.
+       chosen checkpoint;
+    3. *confirm*: the kept checkpoint is checked once more on ``confirm_problems`` validation problems
+       selection never read; when it misses the regime there (or nothing was eligible), the build
+       trains afresh (see ``attempts``).
 
     Example:
         >>> PocketConfig(hidden_size=64, max_steps=300).task.name
@@ -95,12 +98,16 @@ class PocketConfig:
     select_after_eligible: int = 3
     """Checks made after the first eligible one before selection ends."""
     select_max_checks: int = 24
+    confirm_problems: int = 96
+    """Fresh validation problems (none of those selection read) the kept checkpoint is checked on once a
+    training ends: selection keeps the best of a couple of dozen noisy looks, so its figures flatter it;
+    a training whose checkpoint misses the regime there counts as having none (0: no confirmation)."""
     target_pass1: float = 0.38
     """Of the eligible checkpoints, the one whose pass@1 is nearest this is kept."""
     attempts: int = 2
     """Trainings tried before giving up on the regime: when a training's climb leaves no checkpoint that
-    meets it with the margin on validation (on some CPUs a seed's climb does), the build trains afresh
-    from the seed ``seed + 1000 * attempt``; the last training is kept if none does."""
+    meets it with the margin on validation, or the kept one misses it on the confirmation problems, the
+    build trains afresh from the seed ``seed + 1000 * attempt``; the last training is kept if none lands."""
     regime: Regime = field(default_factory=Regime)
     eval_problems: int = 200
     """Held-out problems the build evaluates the saved model on (always the same ones, seed 0)."""
@@ -118,7 +125,7 @@ class PocketConfig:
         values: dict[str, Any] = dict(
             digits=2, terms=2, hidden_size=64, layers=3, heads=2, kv_heads=2, intermediate_size=128,
             max_steps=1500, ema_decay=0.9, check_from=100, check_problems=32, check_samples=2,
-            select_problems=48, eval_problems=64,
+            select_problems=48, confirm_problems=48, eval_problems=64,
         )
         return cls(**{**values, **overrides})
 
@@ -175,9 +182,12 @@ class BuildReport:
     eval: dict[str, float] = field(default_factory=dict)
     """Everything :func:`~scaffold.pocket.evaluate_pocket` returned."""
     attempts: int = 1
-    """Trainings made (more than one when a training had no eligible checkpoint on validation)."""
+    """Trainings made (more than one when a training kept no checkpoint that met the regime on validation
+    and on the confirmation problems)."""
     trained_seed: int = 0
     """The seed of the training kept (``seed`` unless a later attempt was kept)."""
+    confirmation: dict[str, float] = field(default_factory=dict)
+    """The kept checkpoint's figures on the confirmation problems (empty with ``confirm_problems=0``)."""
     arithmetic: str = ""
     """How the build computed, e.g. ``"portable (MKL COMPATIBLE, ATen avx2, x86_64)"``
     (see :attr:`PocketConfig.portable`)."""

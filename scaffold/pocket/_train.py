@@ -93,17 +93,20 @@ def build_pocket_model(
         model = new_model(config, tokenizer)
         params = sum(p.numel() for p in model.parameters())
         eval_rows = task.problems(config.eval_problems, seed=EVAL_SEED, split="test")
-        validation = task.problems(max(config.check_problems, config.select_problems), seed=CHECK_SEED,
-                                   split="validation")
+        looked = max(config.check_problems, config.select_problems)
+        validation = task.problems(looked + config.confirm_problems, seed=CHECK_SEED, split="validation")
+        validation, confirming = validation[:looked], validation[looked:]  # the first ``looked`` of one draw
         say(f"pocket: task {task.name}, {params / 1e6:.2f}M parameters, at most {config.max_steps} steps")
         attempt, seeded = 0, config
         trained = train(model, tokenizer, seeded, validation, say)
-        while not trained.selection.eligible and attempt + 1 < config.attempts:
+        confirmation = confirm(model, tokenizer, seeded, confirming, trained, say)
+        while not landed(config, trained, confirmation) and attempt + 1 < config.attempts:
             attempt += 1
             seeded = replace(config, seed=config.seed + 1000 * attempt)
-            say(f"pocket: no checkpoint met the regime on validation; training afresh from seed {seeded.seed}")
+            say(f"pocket: no checkpoint landed in the regime on validation; training afresh from seed {seeded.seed}")
             model = new_model(seeded, tokenizer)
             trained = train(model, tokenizer, seeded, validation, say)
+            confirmation = confirm(model, tokenizer, seeded, confirming, trained, say)
         train_seconds = time.perf_counter() - started
         out = Path(out_dir)
         save(model, tokenizer, config, out)
@@ -122,13 +125,33 @@ def build_pocket_model(
         build_seconds=time.perf_counter() - started, train_seconds=train_seconds, steps=trained.steps, params=params,
         **held_out, in_regime=not misses, chosen_step=trained.chosen_step, checks=tuple(trained.checks),
         selection=tuple((c.step, c.figures) for c in trained.selection.checkpoints), eval=figures,
-        attempts=attempt + 1, trained_seed=seeded.seed, arithmetic=arithmetic(),
+        attempts=attempt + 1, trained_seed=seeded.seed, confirmation=confirmation, arithmetic=arithmetic(),
     )
     (out / REPORT).write_text(json.dumps(asdict(report), indent=2) + "\n")
     say(format_report(report))
     if misses:
         say("pocket: warning: held-out figures outside the aggregation regime: " + "; ".join(misses))
     return report
+
+
+def confirm(model: Any, tokenizer: Any, config: PocketConfig, rows: list[dict[str, str]], trained: Trained,
+            say: Callable[[str], None]) -> dict[str, float]:
+    """The kept checkpoint's figures on validation problems selection never read (``{}`` with none to read)."""
+    if not rows or not trained.selection.eligible:
+        return {}
+    figures = check_figures(model, tokenizer, config.task, rows, seed=config.seed + 7)
+    shown = "  ".join(f"{name} {figures[name]:.3f}" for name in ("pass1", "pass8", "maj8", "maj4", "agg4"))
+    misses = config.regime.failures(figures)
+    say(f"  confirmed step {trained.chosen_step} on {len(rows)} fresh validation problems: {shown}"
+        + (f"  (misses: {'; '.join(misses)})" if misses else ""))
+    return figures
+
+
+def landed(config: PocketConfig, trained: Trained, confirmation: dict[str, float]) -> bool:
+    """Whether a training kept a checkpoint eligible on validation that also meets the regime on confirmation."""
+    if not trained.selection.eligible:
+        return False
+    return config.confirm_problems == 0 or config.regime.holds(confirmation)
 
 
 def format_report(report: BuildReport) -> str:
