@@ -70,3 +70,48 @@ def test_config_and_report_survive_their_json() -> None:
                          arithmetic="portable (MKL COMPATIBLE, ATen AVX2, x86_64)")
     assert BuildReport.from_dict(json.loads(json.dumps(asdict(report)))) == report
     assert set(PORTABLE_ENV) == {"MKL_CBWR", "ATEN_CPU_CAPABILITY"}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")  # a zombie has ended; only its exit status is left
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_parent_takes_its_training_child_with_it(tmp_path: Path) -> None:
+    """SIGKILL of the process that asked for a build (no finally runs) ends the training child within seconds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "orphan"
+    script = ("from scaffold.pocket import PocketConfig, build_pocket_model\n"
+              f"build_pocket_model({str(out)!r}, PocketConfig.quick(max_steps=100000, check_from=100000))\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and "pocket: task" in parent.stdout.readline()  # the child is training
+        children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, str(out))]
+        children = [pid for pid in children if pid != parent.pid]
+        assert len(children) == 1 and _alive(children[0])
+        os.kill(parent.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while _alive(children[0]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(children[0])
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
+def _cmdline_has(proc: Path, text: str) -> bool:
+    try:
+        return text in (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False

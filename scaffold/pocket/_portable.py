@@ -30,6 +30,8 @@ import os
 import platform
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -82,7 +84,7 @@ def build_in_child(out_dir: Path, config: Any, *, progress: bool) -> dict[str, A
     env = {**{k: v for k, v in os.environ.items() if k not in UNSET}, **PORTABLE_ENV, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
     command = [sys.executable, "-m", "scaffold.pocket._portable", str(out_dir), json.dumps(asdict(config)),
-               "1" if progress else "0"]
+               "1" if progress else "0", str(os.getpid())]
     child = subprocess.Popen(command, env=env, stdout=None if progress else subprocess.DEVNULL)
     try:
         code = child.wait()
@@ -106,10 +108,28 @@ def build_in_child(out_dir: Path, config: Any, *, progress: bool) -> dict[str, A
     return dict(json.loads((out_dir / REPORT).read_text()))
 
 
-def _child(out_dir: str, config_json: str, progress: str) -> int:
+def end_with_parent(parent: int, every: float = 0.5) -> threading.Thread:
+    """A daemon thread that ends this process as soon as ``parent`` is no longer its parent.
+
+    A parent killed outright (SIGKILL, SIGTERM, a CI timeout) runs no ``finally``; without this its
+    child would train on, orphaned, taking the CPU of whatever runs next.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(3)
+
+    thread = threading.Thread(target=watch, name="end-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
+def _child(out_dir: str, config_json: str, progress: str, parent: str) -> int:
     from scaffold.pocket._config import PocketConfig
     from scaffold.pocket._train import build_pocket_model
 
+    end_with_parent(int(parent))
     try:
         build_pocket_model(out_dir, PocketConfig.from_dict(json.loads(config_json)), progress=progress == "1")
     except Exception as error:  # the parent raises it again, typed
@@ -121,4 +141,4 @@ def _child(out_dir: str, config_json: str, progress: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child(*sys.argv[1:4]))
+    sys.exit(_child(*sys.argv[1:5]))
