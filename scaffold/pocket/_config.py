@@ -189,7 +189,7 @@ class BuildReport:
     confirmation: dict[str, float] = field(default_factory=dict)
     """The kept checkpoint's figures on the confirmation problems (empty with ``confirm_problems=0``)."""
     arithmetic: str = ""
-    """How the build computed, e.g. ``"portable (MKL COMPATIBLE, ATen avx2, x86_64)"``
+    """How the build computed, e.g. ``"portable (MKL COMPATIBLE, ATen AVX2, x86_64)"``
     (see :attr:`PocketConfig.portable`)."""
 
     @classmethod
