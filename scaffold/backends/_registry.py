@@ -29,6 +29,8 @@ Which backend a string or an entry without ``backend`` gets (:func:`default_kind
 ``backend = "..."`` in a file chooses explicitly.
 
 Keys are never read from the file itself: name the environment variable (``api_key_env``).
+The schema of an entry is :class:`~scaffold.backends._entry.ModelEntry` (pydantic), shared with the
+server config of ``scaffold serve``.
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ import tomllib
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import ModelAliasError
 from scaffold.backends._base import Backend
 from scaffold.backends._model import Model
 from scaffold.backends._retry import Retry
+
+if TYPE_CHECKING:
+    from scaffold.backends._entry import ModelEntry
 
 BACKENDS = ("openai", "litellm", "transformers", "vllm")
 """Backend kinds a registry entry or a ``"kind:model"`` string may name."""
@@ -52,16 +57,6 @@ OPENAI_COMPATIBLE = ("hosted_vllm", "openai", "custom_openai", "text-completion-
 
 VLLM_DEFAULT_BASE = "http://127.0.0.1:8000/v1"
 """Where ``hosted_vllm/NAME`` without an ``api_base`` (or ``$HOSTED_VLLM_API_BASE``) goes: ``vllm serve``'s default."""
-
-_MODEL_KEYS = {"name", "params", "max_in_flight", "requests_per_minute", "tokens_per_minute", "timeout", "retry"}
-_BACKEND_KEYS = {
-    "openai": {"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
-               "output_cost_per_token", "headers", "extra_body"},
-    "litellm": {"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
-                "output_cost_per_token", "extra"},
-    "transformers": {"device", "dtype", "max_batch_size", "max_new_tokens", "batch_window"},
-    "vllm": {"enable_lora", "max_lora_rank", "enable_prefix_caching", "dtype", "max_model_len", "engine_kwargs"},
-}
 
 
 def backend_from_spec(spec: str, **options: Any) -> Backend:
@@ -162,58 +157,27 @@ def openai_from_spec(model: str, options: Mapping[str, Any]) -> Backend:
     return OpenAIBackend(sent, base_url=base_url, **{**defaults, **options})
 
 
-def model_from_config(alias: str, entry: Mapping[str, Any]) -> Model:
-    """Build the :class:`Model` an alias's registry entry describes (see the module docstring)."""
-    if not isinstance(entry, Mapping):
-        raise ModelAliasError(f"model alias {alias!r}: expected a table of settings, got {entry!r}")
-    entry = dict(entry)
-    if "model" not in entry:
-        raise ModelAliasError(f"model alias {alias!r}: `model` is required")
-    kind = entry.pop("backend", None) or default_kind(str(entry["model"]), entry.get("api_base"))
-    if kind not in BACKENDS:
-        raise ModelAliasError(f"model alias {alias!r}: unknown backend {kind!r}; known: {', '.join(BACKENDS)}")
-    if "api_key" in entry:
-        raise ModelAliasError(
-            f"model alias {alias!r}: do not write API keys in a registry; name the variable with `api_key_env`"
-        )
-    model = str(entry.pop("model"))
-    unknown = set(entry) - _MODEL_KEYS - _BACKEND_KEYS[kind]
-    if unknown:
-        allowed = ", ".join(sorted(_MODEL_KEYS | _BACKEND_KEYS[kind] | {"backend", "model"}))
-        raise ModelAliasError(f"model alias {alias!r}: unknown setting(s) {', '.join(sorted(unknown))}; "
-                              f"allowed for backend {kind!r}: {allowed}")
-    model_settings = {key: entry.pop(key) for key in list(entry) if key in _MODEL_KEYS}
-    _check_types(alias, model_settings)
+def model_from_config(alias: str, entry: Mapping[str, Any] | ModelEntry) -> Model:
+    """Build the :class:`Model` an alias's registry entry describes (see the module docstring).
+
+    The entry is validated by :class:`~scaffold.backends._entry.ModelEntry` (strict types, each backend's
+    own settings); a mistake is a :class:`~scaffold.ModelAliasError` naming the alias and the field.
+    """
+    from scaffold.backends._entry import ModelEntry, RetrySettings  # pydantic: imported when a registry is read
+
+    parsed = entry if isinstance(entry, ModelEntry) else ModelEntry.parse(alias, entry)
+    settings = parsed.model_settings()
     try:
-        retry = model_settings.pop("retry", None)
-        if isinstance(retry, Mapping):
-            model_settings["retry"] = Retry(**retry)
+        retry = settings.pop("retry", None)
+        if isinstance(retry, RetrySettings):
+            settings["retry"] = Retry(**retry.model_dump(exclude_none=True))
         elif retry is not None:
-            model_settings["retry"] = Retry(attempts=retry)
-        return Model(make_backend(kind, model, entry), **model_settings)
+            settings["retry"] = Retry(attempts=retry)
+        return Model(make_backend(parsed.backend_kind, parsed.model, parsed.backend_options()), **settings)
     except ModelAliasError:
         raise
-    except (TypeError, ValueError) as exc:  # Retry(attemps=3), max_in_flight = 0...
+    except (TypeError, ValueError) as exc:  # Retry(multiplier=0.5), a backend refusing an option...
         raise ModelAliasError(f"model alias {alias!r}: {exc}") from None
-
-
-def _check_types(alias: str, settings: Mapping[str, Any]) -> None:
-    """Refuse settings of the wrong type (a quoted number, ``retry = true``): they would fail late or silently."""
-    for key, value in settings.items():
-        if key == "retry" and isinstance(value, Mapping):
-            continue  # checked by Retry itself
-        if key in ("max_in_flight", "retry"):
-            ok, wanted = isinstance(value, int) and not isinstance(value, bool), "a whole number"
-        elif key in ("requests_per_minute", "tokens_per_minute", "timeout"):
-            ok, wanted = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
-        elif key == "params":
-            ok, wanted = isinstance(value, Mapping), "a table"
-        elif key == "name":
-            ok, wanted = isinstance(value, str), "a string"
-        else:
-            continue
-        if not ok:
-            raise ModelAliasError(f"model alias {alias!r}: `{key}` must be {wanted}, got {value!r}")
 
 
 def load_models(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Model]:

@@ -1,0 +1,58 @@
+"""Pydantic at the boundaries: one way to turn a validation failure into a message that names the field.
+
+The model registry (``models.toml``), the server config and the server's request bodies are all
+pydantic models; their failures are shown by :func:`describe_errors`, one ``field.path: what is
+wrong`` clause per problem, so the same mistake reads the same wherever it was made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["describe_errors", "field_path"]
+
+
+def field_path(location: tuple[Any, ...]) -> str:
+    """``("models", "judge", "max_in_flight")`` -> ``models.judge.max_in_flight``; list positions as ``[i]``.
+
+    Example:
+        >>> field_path(("messages", 2, "content"))
+        'messages[2].content'
+    """
+    out = ""
+    for part in location:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def describe_errors(errors: list[Any], *, limit: int = 4) -> str:
+    """The errors of a ``pydantic.ValidationError`` (``exc.errors()``) as one line naming each field.
+
+    Inputs are never quoted (a request body may hold secrets); pydantic's ``Value error,`` prefix is dropped.
+
+    Example:
+        >>> describe_errors([{"loc": ("max_in_flight",), "msg": "Input should be a valid integer"}])
+        '`max_in_flight`: Input should be a valid integer'
+    """
+    parts = []
+    for error in errors[:limit]:
+        message = str(error.get("msg", "invalid"))
+        for prefix in ("Value error, ", "Assertion failed, "):
+            if message.startswith(prefix):
+                message = message[len(prefix):]
+        where = field_path(tuple(p for p in error.get("loc", ()) if not _is_union_tag(p)))
+        part = f"`{where}`: {message}" if where else message
+        if part not in parts:
+            parts.append(part)
+    if len(errors) > limit:
+        parts.append(f"and {len(errors) - limit} more")
+    return "; ".join(parts)
+
+
+def _is_union_tag(part: Any) -> bool:
+    """Pydantic names the member of a union it tried (``int``, ``function-after[...]``): not a field."""
+    return isinstance(part, str) and (part in ("int", "float", "str", "bool", "list", "dict")
+                                      or "[" in part or "-" in part or part[:1].isupper())
