@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from scaffold._errors import BackendError, CallTimeout
 from scaffold._events import CallStarted
-from scaffold._types import Completion, Request, Status, Trace, record_maker
+from scaffold._types import Completion, Delta, Finished, Request, Status, Trace, record_maker
 from scaffold.backends._model import Model, Reply
 
 if TYPE_CHECKING:
@@ -120,14 +120,38 @@ def layered(send: Send, layers: Sequence[Layer]) -> Send:
     return send
 
 
-def sender(model: Model, alias: str | None, *, call_timeout: float | None, budget: Budget | None) -> Send:
-    """The run's path to ``model``: its ``complete`` inside the call timeout, inside the budget."""
+def sender(model: Model, alias: str | None, *, call_timeout: float | None, budget: Budget | None,
+           base: Send | None = None) -> Send:
+    """The run's path to ``model``: its ``complete`` (or ``base``) inside the call timeout, inside the budget."""
     layers: list[Layer] = []
     if call_timeout is not None:
         layers.append(timeout_layer(call_timeout, alias))
     if budget is not None:
         layers.append(budget_layer(budget))
-    return layered(model.complete, layers)
+    return layered(model.complete if base is None else base, layers)
+
+
+DeltaSink = Callable[[str, Delta], None]
+"""Called with a trace id and each :class:`~scaffold.Delta` of a streamed call (``Graph.run(on_delta=...)``)."""
+
+
+def streamed(model: Model, on_delta: DeltaSink, trace_prefix: str, index: int) -> Send:
+    """A ``Send`` that streams the request through :meth:`Model.stream`, handing every delta of choice ``i`` to
+    ``on_delta`` as ``(f"{trace_prefix}#{index + i}", delta)``, and answers with the completions at the end."""
+
+    async def send_streamed(request: Request) -> Reply:
+        started, t0 = time.time(), time.perf_counter()
+        completions: Sequence[Completion] | None = None
+        async for item in model.stream(request):
+            if isinstance(item, Finished):
+                completions = item.completions
+            else:
+                on_delta(f"{trace_prefix}#{index + item.choice}", item)
+        if completions is None:
+            raise BackendError("the stream ended without its completions")
+        return Reply(completions, 1, started, time.perf_counter() - t0)
+
+    return send_streamed
 
 
 # -- one call: reuse -> emit -> send -> trace ---------------------------------------------------

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaffold._answers import Extractor, extract_boxed
 from scaffold._budget import Budget
-from scaffold._call import ReuseSource, Send, sender
+from scaffold._call import DeltaSink, ReuseSource, Send, sender, streamed
 from scaffold._errors import (
     BackendError,
     CallError,
@@ -95,8 +95,12 @@ class Run:
         extract: Extractor = extract_boxed,
         budget: Budget | None = None,
         reuse: Sequence[ReuseSource] = (),
+        on_delta: DeltaSink | None = None,
+        stream_nodes: frozenset[str] = frozenset(),
     ) -> None:
         self.graph = graph
+        self.on_delta = on_delta
+        self.stream_nodes = stream_nodes if on_delta is not None else frozenset()
         self.reuse = tuple(reuse)
         self.budget = budget
         self.inputs = inputs
@@ -142,6 +146,17 @@ class Run:
             send = self._senders[alias] = sender(self.models[alias], alias, call_timeout=self.call_timeout,
                                                  budget=self.budget)
         return send
+
+    def streams(self, node: Node) -> bool:
+        """Whether ``node``'s calls are streamed to ``on_delta``."""
+        return node.name in self.stream_nodes
+
+    def stream_sender(self, alias: str, node: Node, index: int) -> Send:
+        """The path of one streamed call (choices ``index ..`` of ``node``): :meth:`Model.stream` inside the
+        run's layers, its deltas handed to ``on_delta`` with their trace ids."""
+        assert self.on_delta is not None
+        base = streamed(self.models[alias], self.on_delta, f"{self.run_id}/{node.name}", index)
+        return sender(self.models[alias], alias, call_timeout=self.call_timeout, budget=self.budget, base=base)
 
     def start(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` as one of this run's tasks (it removes itself from ``tasks`` when it ends)."""

@@ -23,9 +23,10 @@ from scaffold._builder import Builder, Input, building, current_builder, in_buil
 from scaffold._describe import count_calls, describe, mermaid, spec
 from scaffold._errors import GraphDefinitionError, InputError, RunError
 from scaffold._events import Subscriber
+from scaffold._call import DeltaSink
 from scaffold._executor import ReuseSource, Run, Slot, bind_models
 from scaffold._graph_map import map_runs
-from scaffold._nodes import InputNode, Node
+from scaffold._nodes import CallNode, InputNode, Node
 from scaffold._result import RunResult
 from scaffold._sizes import check_run_sizes
 from scaffold._sync import no_running_loop, run_released
@@ -121,6 +122,25 @@ class Graph:
             raise InputError(f"graph {self.name!r} needs input(s) {', '.join(map(repr, missing))}; "
                              f"got {', '.join(map(repr, inputs)) or 'none'}")
 
+    @property
+    def streamed_node(self) -> str | None:
+        """The node whose tokens ``run(on_delta=...)`` streams by default: the output node when it is a model
+        call (a rule's output, such as a vote, is known only once it decides)."""
+        output = self.output
+        return output.name if isinstance(output, CallNode) else None
+
+    def _stream_nodes(self, names: Iterable[str] | None) -> frozenset[str]:
+        if names is None:
+            default = self.streamed_node
+            return frozenset(() if default is None else (default,))
+        chosen = frozenset(names)
+        known = {n.name for n in self.nodes if isinstance(n, CallNode)}
+        unknown = sorted(chosen - known)
+        if unknown:
+            raise GraphDefinitionError(f"graph {self.name!r} has no model-call node(s) {', '.join(unknown)} to "
+                                       f"stream; its model calls: {', '.join(sorted(known)) or 'none'}")
+        return chosen
+
     def collect(self, slots: list[list[Slot]]) -> Any:
         return _collect(self.output, slots)
 
@@ -142,6 +162,8 @@ class Graph:
         cache: bool = False,
         dataset: str | None = None,
         item: int | None = None,
+        on_delta: DeltaSink | None = None,
+        stream_nodes: Iterable[str] | None = None,
     ) -> RunResult:
         """Run the graph once on ``inputs``, recording every call in a store.
 
@@ -161,8 +183,14 @@ class Graph:
         same. ``cache=True`` answers a request from any earlier run's identical request (same
         model, prompt, parameters, node and sample index). ``dataset`` and ``item`` record the
         run as row ``item`` of a named dataset (``map`` sets them).
+
+        ``on_delta(trace_id, delta)`` receives the text of streamed calls as it is generated (a
+        :class:`~scaffold.Delta` per piece; the trace with that id is recorded when the call ends):
+        the calls of ``stream_nodes`` (node names), by default of the output node when it is a model
+        call (:attr:`streamed_node`). A backend that does not stream gives one delta per choice.
         """
         self._check_inputs(inputs)
+        streaming = self._stream_nodes(stream_nodes) if on_delta is not None else frozenset()
         bound = bind_models(self, models)
         recorder, reuse = None, list[ReuseSource]()
         target = resolve_store(store)
@@ -183,6 +211,7 @@ class Graph:
             run_id=run_id or uuid.uuid4().hex[:16],
             seed=random.SystemRandom().randrange(2**31) if seed is None else int(seed),
             subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget, reuse=reuse,
+            on_delta=on_delta, stream_nodes=streaming,
         )
         result = await run.execute(timeout)
         if recorder is not None:

@@ -31,6 +31,8 @@ class CallPlan(NamedTuple):
     """The set the node reads (its groups index into it)."""
     outs: list[Slot]
     """The node's slots, every request's choices in order."""
+    streamed: bool
+    """The node's calls are streamed to the run's ``on_delta``."""
 
 
 class CallJob(Job):
@@ -75,7 +77,8 @@ def expand_call(run: Run, node: CallNode) -> list[Slot]:
     caps = model.backend.capabilities
     batch = min(node.samples, caps.max_n or node.samples) if caps.supports_n else 1
     outs = run.new_slots(len(groups) * node.samples)
-    plan = CallPlan(node, run.sender(alias), model.name, {**model.params, **node.params}, items, outs)
+    plan = CallPlan(node, run.sender(alias), model.name, {**model.params, **node.params}, items, outs,
+                    run.streams(node))
     index = 0
     for group in groups:
         deps = [items[i] for i in group]
@@ -119,7 +122,8 @@ def fire_call(run: Run, job: CallJob) -> None:
         messages=messages, params=plan.params, n=len(outs), logprobs=node.logprobs, model=plan.model_name,
         seed=index_seed(seed_part, index),
     )
-    run.start(call(run, node, plan.send, request, tuple([t.id for t in read]), outs, index))
+    send = run.stream_sender(node.alias or "", node, index) if plan.streamed else plan.send
+    run.start(call(run, node, send, request, tuple([t.id for t in read]), outs, index))
 
 
 def _constants(run: Run, node: CallNode) -> tuple[dict[str, Any], int]:
