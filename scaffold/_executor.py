@@ -97,7 +97,9 @@ class Run:
         reuse: Sequence[ReuseSource] = (),
         on_delta: DeltaSink | None = None,
         stream_nodes: frozenset[str] = frozenset(),
+        call_params: Mapping[str, Any] | None = None,
     ) -> None:
+        self.call_params = dict(call_params or {})
         self.graph = graph
         self.on_delta = on_delta
         self.stream_nodes = stream_nodes if on_delta is not None else frozenset()

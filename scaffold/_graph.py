@@ -124,10 +124,10 @@ class Graph:
 
     @property
     def streamed_node(self) -> str | None:
-        """The node whose tokens ``run(on_delta=...)`` streams by default: the output node when it is a model
+        """The node whose tokens ``run(on_delta=...)`` streams by default: the output node when it is one model
         call (a rule's output, such as a vote, is known only once it decides)."""
         output = self.output
-        return output.name if isinstance(output, CallNode) else None
+        return output.name if isinstance(output, CallNode) and output.single else None
 
     def _stream_nodes(self, names: Iterable[str] | None) -> frozenset[str]:
         if names is None:
@@ -164,6 +164,7 @@ class Graph:
         item: int | None = None,
         on_delta: DeltaSink | None = None,
         stream_nodes: Iterable[str] | None = None,
+        call_params: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Run the graph once on ``inputs``, recording every call in a store.
 
@@ -188,6 +189,8 @@ class Graph:
         :class:`~scaffold.Delta` per piece; the trace with that id is recorded when the call ends):
         the calls of ``stream_nodes`` (node names), by default of the output node when it is a model
         call (:attr:`streamed_node`). A backend that does not stream gives one delta per choice.
+        ``call_params`` (``temperature``, ``max_tokens``...) go with every model call of this run, over
+        the models' defaults; parameters a node sets itself still win.
         """
         self._check_inputs(inputs)
         streaming = self._stream_nodes(stream_nodes) if on_delta is not None else frozenset()
@@ -211,7 +214,7 @@ class Graph:
             run_id=run_id or uuid.uuid4().hex[:16],
             seed=random.SystemRandom().randrange(2**31) if seed is None else int(seed),
             subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget, reuse=reuse,
-            on_delta=on_delta, stream_nodes=streaming,
+            on_delta=on_delta, stream_nodes=streaming, call_params=call_params,
         )
         result = await run.execute(timeout)
         if recorder is not None:

@@ -77,8 +77,8 @@ def expand_call(run: Run, node: CallNode) -> list[Slot]:
     caps = model.backend.capabilities
     batch = min(node.samples, caps.max_n or node.samples) if caps.supports_n else 1
     outs = run.new_slots(len(groups) * node.samples)
-    plan = CallPlan(node, run.sender(alias), model.name, {**model.params, **node.params}, items, outs,
-                    run.streams(node))
+    params = {**model.params, **run.call_params, **node.params} if run.call_params else {**model.params, **node.params}
+    plan = CallPlan(node, run.sender(alias), model.name, params, items, outs, run.streams(node))
     index = 0
     for group in groups:
         deps = [items[i] for i in group]

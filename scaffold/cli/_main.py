@@ -12,6 +12,8 @@
     scaffold [--store PATH_OR_URL] train [--model DIR] [--topology spiral|grpo|agglm] [--data FILE] [--steps N]
     scaffold [--store PATH_OR_URL] run TOPOLOGY --problem TEXT [-p KEY=VALUE ...] [--model [ALIAS=]SPEC ...] [--json]
     scaffold graph list [--params] | graph params TOPOLOGY | graph show TOPOLOGY [-p KEY=VALUE ...] [--format F]
+    scaffold [--store PATH_OR_URL] serve TOPOLOGY [-p KEY=VALUE ...] [--model [ALIAS=]SPEC ...] [--name NAME] [--port N]
+    scaffold [--store PATH_OR_URL] serve --config serve.toml
 
 ``train`` comes from the ``trainers`` package and the topologies that ``run``, ``eval`` and ``graph``
 name from ``graphs``: both are plugins, found through the ``scaffold.cli`` entry points
@@ -36,6 +38,7 @@ from scaffold.cli._plugins import registry
 from scaffold.cli._pocket import pocket
 from scaffold.cli._run import run_command
 from scaffold.cli._runs import runs
+from scaffold.cli._serve import serve_command
 
 
 class _Group(click.Group):
@@ -75,6 +78,7 @@ def main(ctx: click.Context, target: str | None) -> None:
       scaffold compare --list
       scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49
       scaffold graph show rsa -p n=8 -p steps=3
+      scaffold serve rsa --model solver=openai/gpt-4o-mini -p n=8 --name rsa-mini
     """
     from scaffold.store._default import ENV_VAR, default_target
 
@@ -93,6 +97,7 @@ main.add_command(eval_command)
 main.add_command(compare)
 main.add_command(run_command)
 main.add_command(graph_group)
+main.add_command(serve_command)
 for _command in registry().commands.values():  # train, from the trainers plugin
     main.add_command(_command)
 

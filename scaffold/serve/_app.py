@@ -1,0 +1,330 @@
+"""The ASGI app: OpenAI's endpoints over served graphs (FastAPI, run by uvicorn).
+
+``POST /v1/chat/completions`` and ``/v1/completions`` (streamed or not), ``GET /v1/models``,
+``GET /health`` and ``GET /metrics`` (Prometheus). Bodies are read and validated here (pydantic), so
+every client mistake is a 400 in OpenAI's error shape naming the field — never FastAPI's 422 or a 500.
+
+Per request, in order: 1) the API key (constant-time comparison), 2) the body, 3) the served model
+(404), 4) its :class:`~scaffold.serve._served.Plan` (400s), 5) a place among the concurrent requests
+(429 when the queue is full), 6) the runs — cancelled if the client disconnects — 7) the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from scaffold.serve._errors import ApiError, from_run_error
+from scaffold.serve._metrics import Metrics
+from scaffold.serve._responses import chat_body, completion_body, final_trace, headers
+from scaffold.serve._stream import EventStream, stream_runs
+from scaffold.serve._wire import ChatRequest, CompletionRequest
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from fastapi import FastAPI
+
+    from scaffold._result import RunResult
+    from scaffold.serve._served import Plan, ServedGraph
+
+__all__ = ["Gate", "create_app"]
+
+
+class Gate:
+    """At most ``concurrent`` requests run at once; at most ``queued`` wait; beyond that, a 429."""
+
+    def __init__(self, concurrent: int, queued: int, metrics: Metrics | None = None) -> None:
+        self.free = asyncio.Semaphore(concurrent)
+        self.queued = queued
+        self.waiting = 0
+        self.metrics = metrics
+
+    async def enter(self) -> None:
+        if self.free.locked():
+            if self.waiting >= self.queued:
+                raise ApiError(429, "the server is at capacity: too many requests are queued; retry shortly",
+                               code="server_busy", headers={"retry-after": "1"})
+            self.waiting += 1
+            self._gauge()
+            try:
+                await self.free.acquire()
+            finally:
+                self.waiting -= 1
+                self._gauge()
+        else:
+            await self.free.acquire()
+
+    def leave(self) -> None:
+        self.free.release()
+
+    def _gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queued.set(self.waiting)
+
+
+class Keys:
+    """The accepted API keys, compared in constant time (as SHA-256 digests, so length leaks nothing)."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self._digests = [hashlib.sha256(k.encode()).digest() for k in keys if k]
+
+    def __bool__(self) -> bool:
+        return bool(self._digests)
+
+    def check(self, authorization: str | None) -> None:
+        if not self._digests:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise ApiError(401, "missing API key: send `Authorization: Bearer KEY`", code="invalid_api_key")
+        digest = hashlib.sha256(given.strip().encode()).digest()
+        found = False
+        for known in self._digests:  # no early exit: every key is compared
+            found |= hmac.compare_digest(digest, known)
+        if not found:
+            raise ApiError(401, "invalid API key", code="invalid_api_key")
+
+
+class Handlers:
+    """The endpoints of one app, over its served graphs, limits, keys and metrics."""
+
+    def __init__(self, served: Mapping[str, ServedGraph], gate: Gate, keys: Keys, metrics: Metrics) -> None:
+        self.served, self.gate, self.keys, self.metrics = served, gate, keys, metrics
+        self.draining = False
+
+    async def shutdown(self) -> None:
+        """Release every backend's connections on this loop, then close the stores."""
+        self.draining = True
+        released: set[int] = set()
+        for graph in self.served.values():
+            for model in graph.models.values():
+                release = getattr(model.backend, "release_loop", None)
+                if release is not None and id(model.backend) not in released:
+                    released.add(id(model.backend))
+                    await release()
+        if "litellm" in sys.modules:
+            from scaffold.backends._litellm import release_litellm_loop
+
+            await release_litellm_loop()
+        from scaffold.store import close_stores
+
+        await asyncio.to_thread(close_stores)
+
+    async def health(self) -> Response:
+        if self.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        return JSONResponse({"status": "ok", "models": sorted(self.served)})
+
+    async def prometheus(self) -> Response:
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def describe(self, name: str) -> dict[str, Any]:
+        graph = self.served[name]
+        return {"id": name, "object": "model", "created": 0, "owned_by": "scaffold",
+                "scaffold": {"topology": graph.config.topology, "request_params": graph.allowed_params,
+                             "calls": graph.graph.count_calls(),
+                             "streams_tokens": graph.graph.streamed_node is not None}}
+
+    async def list_models(self, request: Request) -> Response:
+        self.keys.check(request.headers.get("authorization"))
+        return JSONResponse({"object": "list", "data": [self.describe(name) for name in self.served]})
+
+    async def one_model(self, name: str, request: Request) -> Response:
+        self.keys.check(request.headers.get("authorization"))
+        if name not in self.served:
+            raise _unknown_model(name, self.served)
+        return JSONResponse(self.describe(name))
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self.answer(request, True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self.answer(request, False)
+
+    async def answer(self, request: Request, chat: bool) -> Response:
+        started = time.perf_counter()
+        self.keys.check(request.headers.get("authorization"))
+        body = _parse(ChatRequest if chat else CompletionRequest, await request.body())
+        graph = self.served.get(body.model)
+        if graph is None:
+            raise _unknown_model(body.model, self.served)
+        endpoint = "chat" if chat else "completions"
+        try:
+            plan = graph.plan(body)
+            await self.gate.enter()
+        except ApiError as exc:
+            self.metrics.requests.labels(body.model, endpoint, str(exc.status)).inc()
+            raise
+        self.metrics.in_flight.labels(graph.name).inc()
+        if body.stream:
+            return self.streamed(graph, plan, chat, body, started, endpoint)
+        try:
+            results = await _run_watched(request, graph, plan)
+        finally:
+            self.gate.leave()
+            self.metrics.in_flight.labels(graph.name).dec()
+        for result in results:
+            self.metrics.record_run(graph.name, result)
+        status = 200
+        try:
+            traces = _answers(results)
+            content = (chat_body if chat else completion_body)(graph.name, results, traces)
+            elapsed = time.perf_counter() - started
+            run_time = max(r.wall_time for r in results)
+            timing = {"server-timing": f"run;dur={run_time * 1000:.3f}, total;dur={elapsed * 1000:.3f}"}
+            response: Response = JSONResponse(content, headers={**headers(plan.run_ids, content["scaffold"]["cost"]),
+                                                                **timing})
+        except ApiError as exc:
+            status = exc.status
+            response = error_response(exc)
+            response.headers.update(headers(plan.run_ids))
+        self.metrics.requests.labels(graph.name, endpoint, str(status)).inc()
+        self.metrics.latency.labels(graph.name, endpoint).observe(time.perf_counter() - started)
+        return response
+
+    def streamed(self, graph: ServedGraph, plan: Plan, chat: bool, body: Any, started: float,
+                 endpoint: str) -> Response:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        finished: list[RunResult] = []
+        metrics = self.metrics
+
+        def first_content() -> None:
+            metrics.ttft.labels(graph.name).observe(time.perf_counter() - started)
+
+        async def produce(emit: Any) -> None:
+            finished.extend(await stream_runs(graph, plan, emit, chat=chat, include_usage=include_usage,
+                                              first_content=first_content))
+
+        def closed(gone: bool) -> None:
+            self.gate.leave()
+            metrics.in_flight.labels(graph.name).dec()
+            for result in finished:
+                metrics.record_run(graph.name, result)
+            metrics.requests.labels(graph.name, endpoint, "499" if gone else "200").inc()
+            metrics.latency.labels(graph.name, endpoint).observe(time.perf_counter() - started)
+
+        return EventStream(produce, headers(plan.run_ids), closed)
+
+
+def error_response(error: ApiError) -> Response:
+    """``error`` as OpenAI's error JSON with its status and headers."""
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def create_app(served: Mapping[str, ServedGraph], *, api_keys: Sequence[str] = (), max_concurrent_requests: int = 64,
+               max_queued_requests: int = 256) -> FastAPI:
+    """The server's ASGI app for ``served`` (model name -> :class:`~scaffold.serve._served.ServedGraph`).
+
+    Example:
+        >>> from scaffold.serve import load_server
+        >>> app = create_app(load_server({"served": {"m": {"topology": "single_sample",
+        ...                                                 "models": {"solver": "hosted_vllm/x"}}}}, store="none"))
+        >>> sorted(r.path for r in app.routes if "v1" in r.path)
+        ['/v1/chat/completions', '/v1/completions', '/v1/models', '/v1/models/{name:path}']
+    """
+    from fastapi import FastAPI
+    from starlette.exceptions import HTTPException
+
+    metrics = Metrics()
+    handlers = Handlers(served, Gate(max_concurrent_requests, max_queued_requests, metrics), Keys(api_keys), metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await handlers.shutdown()
+
+    app = FastAPI(title="Scaffold", summary="Test-time-compute graphs as OpenAI-compatible models",
+                  lifespan=lifespan)
+    app.state.metrics, app.state.served, app.state.handlers = metrics, served, handlers
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        return error_response(exc if isinstance(exc, ApiError) else ApiError(500, "internal error"))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        code = getattr(exc, "status_code", 500)
+        message = "not found: " + request.url.path if code == 404 else str(getattr(exc, "detail", exc))
+        return error_response(ApiError(code, message))
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        return error_response(ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error"))
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+    for path, method, endpoint in (
+        ("/health", "GET", handlers.health), ("/metrics", "GET", handlers.prometheus),
+        ("/v1/models", "GET", handlers.list_models), ("/v1/models/{name:path}", "GET", handlers.one_model),
+        ("/v1/chat/completions", "POST", handlers.chat_completions), ("/v1/completions", "POST", handlers.completions),
+    ):
+        app.add_api_route(path, endpoint, methods=[method], response_model=None)
+    return app
+
+
+def _parse(model: type[ChatRequest] | type[CompletionRequest], raw: bytes) -> Any:
+    from pydantic import ValidationError
+
+    from scaffold._validation import describe_errors
+
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        param = ".".join(str(p) for p in errors[0].get("loc", ())) if errors else None
+        raise ApiError(400, describe_errors(errors), param=param or None) from None
+
+
+def _unknown_model(name: str, served: Mapping[str, Any]) -> ApiError:
+    return ApiError(404, f"the model {name!r} does not exist; served: {', '.join(sorted(served))}",
+                    code="model_not_found", param="model")
+
+
+async def _run_watched(request: Request, graph: ServedGraph, plan: Plan) -> list[RunResult]:
+    """Run every choice of ``plan`` concurrently; cancel them all if the client disconnects first."""
+    budget = plan.new_budget()
+    runs = asyncio.ensure_future(asyncio.gather(*[graph.run(plan, i, budget=budget) for i in range(plan.n)]))
+    watcher = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({runs, watcher}, return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
+    finally:
+        watcher.cancel()
+    if not runs.done():  # the client went away: cancel (every call in flight is recorded as cancelled)
+        runs.cancel()
+        await asyncio.gather(runs, return_exceptions=True)
+        raise ApiError(499, "the client closed the request")
+    return list(runs.result())
+
+
+async def _disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
+def _answers(results: Sequence[RunResult]) -> list[Any]:
+    traces = []
+    for result in results:
+        if result.error is not None:
+            raise from_run_error(result.error)
+        trace = final_trace(result)
+        if trace is None:
+            raise ApiError(502, "the graph produced no answer (every candidate failed)", code="no_answer")
+        traces.append(trace)
+    return traces

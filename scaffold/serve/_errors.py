@@ -1,0 +1,91 @@
+"""Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}`` with the right status.
+
+=====  ==========================  ====================================================================
+ 400   ``invalid_request_error``   a malformed body, an unknown field or parameter, a budget too small
+ 401   ``authentication_error``    a missing or wrong API key
+ 404   ``not_found_error``         an unknown model (``code: model_not_found``) or path
+ 429   ``rate_limit_error``        the server's own queue is full (``Retry-After`` says when to retry)
+ 502   ``upstream_error``          a model the graph calls failed after its retries
+ 504   ``timeout_error``           the request ran past its timeout, or an upstream call timed out
+ 500   ``server_error``            a bug of ours: never for a client's mistake
+=====  ==========================  ====================================================================
+
+Messages pass through the secret redactor: a provider's error that quotes a key never reaches a client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaffold._errors import (
+    BadRequestError,
+    BudgetExceeded,
+    CallError,
+    CallTimeout,
+    ContextLengthError,
+    GraphError,
+    InputError,
+    RequestTimeout,
+    RunError,
+    RunTimeout,
+)
+
+__all__ = ["ApiError", "from_run_error"]
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+          502: "upstream_error", 503: "server_error", 504: "timeout_error", 500: "server_error"}
+
+
+class ApiError(Exception):
+    """An error answered to the client as OpenAI does.
+
+    Example:
+        >>> ApiError(404, "no model 'x'", code="model_not_found", param="model").body()["error"]["type"]
+        'not_found_error'
+    """
+
+    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        from scaffold._secrets import environment_secrets, redact
+
+        return {"error": {"message": redact(self.message, environment_secrets()),
+                          "type": _TYPES.get(self.status, "server_error"), "param": self.param, "code": self.code}}
+
+
+def from_run_error(exc: BaseException) -> ApiError:
+    """The answer to a run that failed with ``exc``: whose fault it was decides the status."""
+    cause = _root(exc)
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(cause, ContextLengthError):
+        return ApiError(400, line, code="context_length_exceeded")
+    if isinstance(exc, BudgetExceeded) or isinstance(cause, BudgetExceeded):
+        return ApiError(400, f"{line} (raise scaffold.budget, up to the server's max_budget, or ask for less)",
+                        code="budget_exceeded", param="scaffold.budget")
+    if isinstance(exc, RunTimeout):
+        return ApiError(504, line, code="timeout")
+    if isinstance(cause, (RequestTimeout, CallTimeout)):
+        return ApiError(504, line, code="upstream_timeout")
+    if isinstance(cause, BadRequestError):  # the upstream model refused what the graph sent it
+        return ApiError(502, line, code="upstream_bad_request")
+    if isinstance(exc, (GraphError, InputError)):
+        return ApiError(400, line)
+    if isinstance(exc, (CallError, RunError)):
+        return ApiError(502, line, code="upstream_error")
+    return ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error")
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The innermost cause (a CallError's backend error, a RunError's original)."""
+    seen = 0
+    while exc.__cause__ is not None and seen < 8:
+        exc, seen = exc.__cause__, seen + 1
+    return exc

@@ -1,0 +1,314 @@
+"""One served model: a topology built and bound once, and how a request becomes its runs.
+
+:class:`ServedGraph` holds what every request shares — the models (so their in-flight limits and
+pacing hold across concurrent requests), the default build, a small cache of builds for requests that
+set their own parameters — and nothing a request may change: per-request parameters, sampling fields,
+timeout and budget live in that request's :class:`Plan`, never in shared state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scaffold._errors import GraphError
+from scaffold.serve._config import BudgetSettings, ConfigError, ServedModelConfig
+from scaffold.serve._errors import ApiError
+from scaffold.serve._wire import ChatMessage, ChatRequest, CompletionRequest
+
+if TYPE_CHECKING:
+    from scaffold._budget import Budget
+    from scaffold._call import DeltaSink
+    from scaffold._events import Subscriber
+    from scaffold._graph import Graph
+    from scaffold._result import RunResult
+    from scaffold.backends._model import Model
+
+__all__ = ["Plan", "ServedGraph", "bind_served"]
+
+REQUEST_INPUTS = ("problem", "system", "history", "messages", "tools")
+"""Graph inputs a request can fill: the last user message, the system message, the earlier turns (as a
+transcript), every message (as a list of ``{"role", "content"}``), and the request's tools."""
+
+_BUILDS_KEPT = 32
+
+
+@dataclass
+class Plan:
+    """What one request runs: the graph, its inputs, and this request's own limits."""
+
+    graph: Graph
+    inputs: dict[str, Any]
+    n: int
+    seed: int | None
+    timeout: float | None
+    budget: BudgetSettings | None
+    call_params: dict[str, Any]
+    progress: str | None
+    """``"reasoning"``, ``"comments"`` or ``None``."""
+    run_ids: list[str] = field(default_factory=list)
+
+    def new_budget(self) -> Budget | None:
+        """A fresh :class:`~scaffold.Budget` shared by this request's runs, or ``None``."""
+        if self.budget is None or (self.budget.tokens is None and self.budget.dollars is None):
+            return None
+        from scaffold._budget import Budget
+
+        return Budget(max_tokens=self.budget.tokens, max_cost=self.budget.dollars)
+
+
+class ServedGraph:
+    """A topology served under one model name (see :class:`~scaffold.serve.ServedModelConfig`)."""
+
+    def __init__(self, name: str, config: ServedModelConfig, models: Mapping[str, Model], *,
+                 prompts: str, model_dir: Any = None, store: Any = None) -> None:
+        self.name = name
+        self.config = config
+        self.models = dict(models)
+        self.prompts = prompts
+        self.model_dir = model_dir
+        self.store = store
+        self.graph = self._build({})
+        unknown = sorted(set(self.graph.inputs) - set(REQUEST_INPUTS))
+        if unknown or "problem" not in self.graph.inputs:
+            raise ConfigError(f"served model {name!r}: the graph's inputs must be `problem` and any of "
+                              f"{', '.join(REQUEST_INPUTS[1:])}; it takes {', '.join(self.graph.inputs)}")
+        if config.tools and "tools" not in self.graph.inputs:
+            raise ConfigError(f"served model {name!r}: `tools = true` needs a graph with a `tools` input")
+        from scaffold._nodes import Node
+
+        if not isinstance(self.graph.output, Node):
+            raise ConfigError(f"served model {name!r}: the graph must return one node (its text is the answer)")
+        self._builds: OrderedDict[tuple[tuple[str, str], ...], Graph] = OrderedDict()
+        self.allowed_params = self._allowed_params()
+
+    # -- building -------------------------------------------------------------------------------
+    def _build(self, overrides: Mapping[str, Any]) -> Graph:
+        from scaffold.cli._plugins import topologies
+
+        params = {**self.config.params, **overrides}
+        graph = topologies().build_topology(self.config.topology, params, prompts=self.prompts,
+                                            model_dir=self.model_dir)
+        missing = sorted(graph.aliases - self.models.keys())
+        if missing:
+            raise GraphError(f"the graph uses model alias(es) {', '.join(missing)} that {self.name!r} does not bind; "
+                             f"bound: {', '.join(sorted(self.models))}")
+        return graph
+
+    def _allowed_params(self) -> list[str]:
+        from scaffold.cli._plugins import topologies
+
+        defaults = topologies().topology(self.config.topology).defaults
+        choice = self.config.request_params
+        if choice is True:
+            return [k for k, v in defaults.items() if isinstance(v, (int, float, bool))]
+        if choice is False:
+            return []
+        unknown = sorted(set(choice) - set(defaults))
+        if unknown:
+            raise ConfigError(f"served model {self.name!r}: `request_params` names unknown parameter(s) "
+                              f"{', '.join(unknown)}; the topology's: {', '.join(defaults)}")
+        return list(choice)
+
+    def graph_for(self, params: Mapping[str, Any]) -> Graph:
+        """The graph built with a request's parameters (cached; a bad one is an :class:`ApiError` 400)."""
+        if not params:
+            return self.graph
+        refused = sorted(set(params) - set(self.allowed_params))
+        if refused:
+            allowed = ", ".join(self.allowed_params) or "none"
+            raise ApiError(400, f"model {self.name!r} does not take parameter(s) {', '.join(refused)} per request; "
+                                f"it takes: {allowed}", param="scaffold.params")
+        key = tuple(sorted((k, repr(v)) for k, v in params.items()))
+        graph = self._builds.get(key)
+        if graph is not None:
+            self._builds.move_to_end(key)
+            return graph
+        try:
+            graph = self._build(params)
+        except GraphError as exc:
+            raise ApiError(400, str(exc).splitlines()[0], param="scaffold.params") from None
+        self._builds[key] = graph
+        if len(self._builds) > _BUILDS_KEPT:
+            self._builds.popitem(last=False)
+        return graph
+
+    # -- requests -------------------------------------------------------------------------------
+    def plan(self, body: ChatRequest | CompletionRequest) -> Plan:
+        """Check a request against this model and turn it into a :class:`Plan` (every mistake: a 400)."""
+        config = self.config
+        unsupported = body.unsupported()
+        if isinstance(body, ChatRequest) and body.tools and not config.tools:
+            raise ApiError(400, f"model {self.name!r} does not take tools (its graph does not declare them)",
+                           param="tools", code="tools_not_supported")
+        if unsupported:
+            raise ApiError(400, f"unsupported field(s): {', '.join(unsupported)}", param=unsupported[0])
+        if body.n > config.max_n:
+            raise ApiError(400, f"n={body.n} is more than model {self.name!r} allows ({config.max_n})", param="n")
+        call_params, refused = body.sampling(config.sampling)
+        if refused:
+            allowed = ", ".join(config.sampling) or "none"
+            raise ApiError(400, f"model {self.name!r} does not pass {', '.join(refused)} to its model calls; "
+                                f"it passes: {allowed}", param=refused[0])
+        options = body.scaffold
+        graph = self.graph_for(options.params)
+        if config.max_calls is not None:
+            calls = sum(graph.count_calls().values()) * body.n
+            if calls > config.max_calls:
+                raise ApiError(400, f"this request would make up to {calls} model calls; model {self.name!r} "
+                                    f"allows {config.max_calls}", param="scaffold.params")
+        inputs = self._inputs(graph, body)
+        seed = options.seed if options.seed is not None else body.seed
+        progress = options.progress if options.progress is not None else config.progress
+        mode = None if progress is False else ("comments" if progress == "comments" else "reasoning")
+        return Plan(graph=graph, inputs=inputs, n=body.n, seed=seed, timeout=self._timeout(options.timeout),
+                    budget=self._budget(options.budget), call_params=call_params, progress=mode,
+                    run_ids=[uuid.uuid4().hex[:16] for _ in range(body.n)])
+
+    def _inputs(self, graph: Graph, body: ChatRequest | CompletionRequest) -> dict[str, Any]:
+        if isinstance(body, CompletionRequest):
+            try:
+                problem = body.prompt_text()
+            except ValueError as exc:
+                raise ApiError(400, str(exc), param="prompt") from None
+            messages: list[ChatMessage] = [ChatMessage(role="user", content=problem)]
+        else:
+            messages = list(body.messages)
+        try:
+            texts = [(m.role, m.text()) for m in messages]
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param="messages") from None
+        last = max(i for i, (role, _) in enumerate(texts) if role == "user")
+        problem = texts[last][1]
+        if not problem.strip():
+            raise ApiError(400, "the last user message is empty", param="messages")
+        system = "\n\n".join(text for role, text in texts if role in ("system", "developer"))
+        turns = [(role, text) for i, (role, text) in enumerate(texts)
+                 if i != last and role not in ("system", "developer")]
+        history = "\n".join(f"{role}: {text}" for role, text in turns)
+        inputs: dict[str, Any] = {"problem": problem}
+        takes = set(graph.inputs)
+        if "system" in takes:
+            inputs["system"] = system
+        if "history" in takes:
+            inputs["history"] = history
+        if "messages" in takes:
+            inputs["messages"] = [{"role": role, "content": text} for role, text in texts]
+        if "tools" in takes:
+            inputs["tools"] = list(getattr(body, "tools", None) or [])
+        unused = [what for what, value, name in (("a system message", system, "system"),
+                                                 ("earlier turns", history, "history"))
+                  if value and name not in takes and "messages" not in takes]
+        if unused:
+            if self.config.context == "refuse":
+                raise ApiError(400, f"model {self.name!r} reads only the last user message; the request has "
+                                    f"{' and '.join(unused)}", param="messages")
+            if self.config.context == "fold":
+                parts = [f"system: {system}"] if system and "system" not in takes else []
+                if history and "history" not in takes:
+                    parts.append(history)
+                inputs["problem"] = "\n".join(parts) + f"\nuser: {problem}"
+        return inputs
+
+    def _timeout(self, asked: float | None) -> float | None:
+        config = self.config
+        if asked is None:
+            return config.timeout
+        if config.max_timeout is not None and asked > config.max_timeout:
+            raise ApiError(400, f"scaffold.timeout={asked} is more than model {self.name!r} allows "
+                                f"({config.max_timeout})", param="scaffold.timeout")
+        if config.max_timeout is None and config.timeout is not None and asked > config.timeout:
+            raise ApiError(400, f"scaffold.timeout={asked} is more than model {self.name!r} allows "
+                                f"({config.timeout})", param="scaffold.timeout")
+        return asked
+
+    def _budget(self, asked: Any) -> BudgetSettings | None:
+        config = self.config
+        if asked is None:
+            return config.budget
+        cap = config.max_budget or config.budget
+        for key in ("tokens", "dollars"):
+            value, limit = getattr(asked, key), getattr(cap, key) if cap is not None else None
+            if value is not None and limit is not None and value > limit:
+                raise ApiError(400, f"scaffold.budget.{key}={value} is more than model {self.name!r} allows "
+                                    f"({limit})", param=f"scaffold.budget.{key}")
+        base = config.budget
+        return BudgetSettings(tokens=asked.tokens if asked.tokens is not None else (base.tokens if base else None),
+                              dollars=asked.dollars if asked.dollars is not None else (base.dollars if base else None))
+
+    async def run(self, plan: Plan, choice: int, *, budget: Budget | None, on_delta: DeltaSink | None = None,
+                  subscribers: Sequence[Subscriber] = ()) -> RunResult:
+        """Run choice ``choice`` of ``plan`` (recorded in the store); failures are in the result."""
+        seed = None if plan.seed is None else plan.seed + choice
+        return await plan.graph.run(
+            plan.inputs, models=self.models, seed=seed, run_id=plan.run_ids[choice], timeout=plan.timeout,
+            subscribers=subscribers, raise_on_error=False, budget=budget, store=self.store, on_delta=on_delta,
+            call_params=plan.call_params or None)
+
+
+def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model], made: dict[str, Any], *,
+                defaults: Mapping[str | None, str] | None = None, api_base: str | None = None,
+                store: Any = None) -> ServedGraph:
+    """Bind ``config``'s aliases (``[models]`` names, specs, tables; ``defaults`` from the command line) and
+    build its :class:`ServedGraph`. ``made`` caches models by spec across served graphs (one limit per spec)."""
+    import click
+
+    from scaffold.backends._entry import ModelEntry
+    from scaffold.backends._registry import model_from_config
+    from scaffold.cli._models import bind_models
+
+    aliases = served_aliases(name, config)
+    unknown = sorted(set(config.models) - set(aliases))
+    if unknown:
+        raise ConfigError(f"served model {name!r}: the topology has no model alias {', '.join(unknown)}; "
+                          f"its aliases: {', '.join(aliases)}")
+    models: dict[str, Model] = {}
+    specs: dict[str, str] = {}
+    for alias in aliases:
+        entry = config.models.get(alias)
+        if isinstance(entry, ModelEntry):
+            models[alias] = model_from_config(alias, entry)
+        elif isinstance(entry, str) and entry in shared:
+            models[alias] = shared[entry]
+        else:
+            fallback = dict(defaults or {})
+            specs[alias] = entry if entry is not None else fallback.get(alias, fallback.get(None, "pocket"))
+    pocket_dir = None
+    pocket = not models and bool(specs)
+    if specs:
+        try:
+            bound = bind_models(sorted(specs), dict[str | None, str](specs),
+                                api_base=api_base, temperature=None, max_tokens=None)
+        except click.ClickException as exc:
+            raise ConfigError(f"served model {name!r}: {_message(exc)}") from None
+        for alias, spec in bound.specs.items():
+            models[alias] = made.setdefault(spec, bound.models[alias])
+        pocket_dir = bound.pocket_dir
+        pocket = pocket and bound.pocket
+    prompts = config.prompts or ("pocket" if pocket else "generic")
+    try:
+        return ServedGraph(name, config, models, prompts=prompts, model_dir=pocket_dir, store=store)
+    except GraphError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"served model {name!r}: {_message(exc)}") from None
+
+
+def served_aliases(name: str, config: ServedModelConfig) -> list[str]:
+    """The model aliases a served model's topology uses (a bad topology or parameter: :class:`ConfigError`)."""
+    import click
+
+    from scaffold.cli._options import topology_aliases
+
+    try:
+        return topology_aliases(config.topology, dict(config.params))
+    except (GraphError, click.ClickException) as exc:
+        raise ConfigError(f"served model {name!r}: {_message(exc)}") from None
+
+
+def _message(exc: BaseException) -> str:
+    text = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return (text.strip().splitlines() or [type(exc).__name__])[0]

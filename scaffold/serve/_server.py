@@ -1,0 +1,122 @@
+"""Loading a server config into served graphs, reading API keys, and running the app under uvicorn."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scaffold.serve._config import ConfigError, ServerConfig
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from scaffold.serve._served import ServedGraph
+
+__all__ = ["api_keys", "build_app", "load_server", "serve"]
+
+
+def _config(source: ServerConfig | str | PathLike[str] | Mapping[str, Any]) -> ServerConfig:
+    if isinstance(source, ServerConfig):
+        return source
+    if isinstance(source, Mapping):
+        return ServerConfig.parse(source)
+    return ServerConfig.load(source)
+
+
+def load_server(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], *, store: Any = None,
+                defaults: Mapping[str | None, str] | None = None,
+                api_base: str | None = None) -> dict[str, ServedGraph]:
+    """Build every served model of a config (a :class:`ServerConfig`, a TOML path or a mapping).
+
+    ``store`` is where requests are recorded (a :class:`~scaffold.Store`, URL or path; ``None``: the config's
+    ``server.store``, else ``$SCAFFOLD_STORE`` / ``./scaffold.db``). ``defaults`` binds aliases the config
+    leaves unbound (``{None: spec}`` every alias, ``{alias: spec}`` one). Mistakes raise :class:`ConfigError`.
+
+    Example:
+        >>> served = load_server({"served": {"mini": {"topology": "self_consistency", "params": {"n": 4},
+        ...                                            "models": {"solver": "hosted_vllm/x"}}}}, store="none")
+        >>> served["mini"].graph.count_calls()
+        {'solver': 4}
+    """
+    from scaffold.backends._registry import model_from_config
+    from scaffold.serve._served import bind_served, served_aliases
+
+    config = _config(source)
+    used = {alias for name, served in config.served.items() for alias in served_aliases(name, served)}
+    unknown = sorted(str(alias) for alias in (defaults or {}) if alias is not None and alias not in used)
+    if unknown:
+        raise ConfigError(f"no served model has the model alias {', '.join(unknown)}; their aliases: "
+                          f"{', '.join(sorted(used))}")
+    target = _store(store if store is not None else config.server.store)
+    shared = {name: model_from_config(name, entry) for name, entry in config.models.items()}
+    made: dict[str, Any] = {}
+    return {name: bind_served(name, served, shared, made, defaults=defaults, api_base=api_base, store=target)
+            for name, served in config.served.items()}
+
+
+def _store(target: Any) -> Any:
+    """``"none"`` records nothing; ``None`` is the default store; anything else as given."""
+    from scaffold.store._default import DEFAULT
+
+    if isinstance(target, str) and target.lower() == "none":
+        return None
+    return DEFAULT if target is None else target
+
+
+def api_keys(settings_env: str | None = None, settings_file: str | PathLike[str] | None = None) -> list[str]:
+    """The accepted API keys: comma-separated in ``$settings_env``, one per line in ``settings_file``.
+
+    A variable named but unset, or a file that cannot be read, is a :class:`ConfigError` (a server meant to
+    be closed must not start open). Keys are never logged or recorded.
+    """
+    keys: list[str] = []
+    if settings_env:
+        value = os.environ.get(settings_env)
+        if value is None:
+            raise ConfigError(f"api_keys_env names ${settings_env}, which is not set")
+        keys += [k.strip() for k in value.split(",") if k.strip()]
+    if settings_file:
+        path = Path(settings_file).expanduser()
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the API key file {path}: {exc.strerror or exc}") from None
+        keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if (settings_env or settings_file) and not keys:
+        raise ConfigError("the API key settings name no key")
+    return keys
+
+
+def build_app(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], *, store: Any = None,
+              defaults: Mapping[str | None, str] | None = None, api_base: str | None = None,
+              keys: Sequence[str] | None = None) -> FastAPI:
+    """The ASGI app of a config (served graphs, keys and limits from it). ``keys`` overrides the config's."""
+    from scaffold.serve._app import create_app
+
+    config = _config(source)
+    served = load_server(config, store=store, defaults=defaults, api_base=api_base)
+    chosen = list(keys) if keys is not None else api_keys(config.server.api_keys_env, config.server.api_keys_file)
+    return create_app(served, api_keys=chosen, max_concurrent_requests=config.server.max_concurrent_requests,
+                      max_queued_requests=config.server.max_queued_requests)
+
+
+def serve(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], *, host: str | None = None,
+          port: int | None = None, store: Any = None, defaults: Mapping[str | None, str] | None = None,
+          api_base: str | None = None, log_level: str = "info") -> None:
+    """Serve a config with uvicorn until SIGINT/SIGTERM; in-flight requests get ``shutdown_timeout`` to finish.
+
+    Example (blocks, so not run here)::
+
+        serve({"served": {"rsa": {"topology": "rsa", "models": {"solver": "openai/gpt-4o-mini"}}}}, port=8000)
+    """
+    import uvicorn
+
+    config = _config(source)
+    app = build_app(config, store=store, defaults=defaults, api_base=api_base)
+    settings = uvicorn.Config(app, host=host or config.server.host, port=config.server.port if port is None else port,
+                              log_level=log_level, timeout_graceful_shutdown=int(config.server.shutdown_timeout),
+                              access_log=False)
+    uvicorn.Server(settings).run()
