@@ -87,11 +87,11 @@ class ServedGraph:
 
     # -- building -------------------------------------------------------------------------------
     def _build(self, overrides: Mapping[str, Any]) -> Graph:
-        from scaffold.cli._plugins import topologies
+        from scaffold.cli._options import build
 
-        params = {**self.config.params, **overrides}
-        graph = topologies().build_topology(self.config.topology, params, prompts=self.prompts,
-                                            model_dir=self.model_dir)
+        params = {**self.config.params, **overrides}  # a renamed parameter: one `warning:` line, at start-up only
+        graph: Graph = build(self.config.topology, params, warn=not overrides, prompts=self.prompts,
+                             model_dir=self.model_dir)
         missing = sorted(graph.aliases - self.models.keys())
         if missing:
             raise GraphError(f"the graph uses model alias(es) {', '.join(missing)} that {self.name!r} does not bind; "
@@ -280,7 +280,8 @@ def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model
     pocket = not models and bool(specs)
     if specs:
         try:
-            bound = bind_models(sorted(specs), dict[str | None, str](specs),
+            chosen: dict[str | None, str] = {alias: spec for alias, spec in specs.items()}
+            bound = bind_models(sorted(specs), chosen,
                                 api_base=api_base, temperature=None, max_tokens=None)
         except click.ClickException as exc:
             raise ConfigError(f"served model {name!r}: {_message(exc)}") from None
