@@ -20,10 +20,10 @@ from typing import Any, overload
 from scaffold._answers import Extractor, extract_boxed
 from scaffold._budget import Budget
 from scaffold._builder import Builder, Input, building, current_builder, in_build
+from scaffold._call import DeltaSink
 from scaffold._describe import count_calls, describe, mermaid, spec
 from scaffold._errors import GraphDefinitionError, InputError, RunError
 from scaffold._events import Subscriber
-from scaffold._call import DeltaSink
 from scaffold._executor import ReuseSource, Run, Slot, bind_models
 from scaffold._graph_map import map_runs
 from scaffold._nodes import CallNode, InputNode, Node

@@ -7,9 +7,12 @@ wrong`` clause per problem, so the same mistake reads the same wherever it was m
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ["describe_errors", "field_path"]
+
+_CLASS_NAME = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
 
 
 def field_path(location: tuple[Any, ...]) -> str:
@@ -54,5 +57,10 @@ def describe_errors(errors: list[Any], *, limit: int = 4) -> str:
 
 def _is_union_tag(part: Any) -> bool:
     """Pydantic names the member of a union it tried (``int``, ``function-after[...]``): not a field."""
-    return isinstance(part, str) and (part in ("int", "float", "str", "bool", "list", "dict")
-                                      or "[" in part or "-" in part or part[:1].isupper())
+    if not isinstance(part, str):
+        return False
+    if part in ("int", "float", "str", "bool", "list", "dict", "none") or "[" in part:
+        return True
+    if part.startswith(("constrained-", "function-", "lax-", "strict-", "json-or-python", "tagged-union")):
+        return True
+    return _CLASS_NAME.fullmatch(part) is not None  # a model tried as a member of a union

@@ -480,3 +480,17 @@ def test_secret_headers_in_params_reach_the_server_but_not_the_records():
         assert result.answer == "1"
         assert "sk-header-secret-123" not in repr(result.traces) + repr(model)
     assert repr(MaskedKey("sk-abc")) == "'***'" and f"Bearer {MaskedKey('sk-abc')}" == "Bearer sk-abc"
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"max_in_flight": "8"}, "model alias 'judge': `max_in_flight`: Input should be a valid integer"),
+    ({"retry": {"attemps": 3}}, "`retry.attemps`: Extra inputs are not permitted"),
+    ({"timeout": -1}, "`timeout`: Input should be greater than 0"),
+    ({"headers": {"X-Team": 3}}, "`headers.X-Team`: Input should be a valid string"),
+    ({"extra": {}}, "unknown setting(s) extra; allowed for backend 'openai'"),
+])
+def test_registry_errors_name_the_field_as_the_server_config_does(entry, message):
+    """The registry's schema is the pydantic ModelEntry: each mistake names its field, the same way everywhere."""
+    with pytest.raises(sf.ModelAliasError) as caught:
+        sf.load_models({"models": {"judge": {"model": "hosted_vllm/x", **entry}}})
+    assert message in str(caught.value)

@@ -10,10 +10,12 @@ import pytest
 
 import scaffold as sf
 import scaffold.evaluation
+import scaffold.serve
 import scaffold.testing
 
 
-@pytest.mark.parametrize("module", [scaffold, scaffold.testing, scaffold.evaluation], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [scaffold, scaffold.testing, scaffold.evaluation, scaffold.serve],
+                         ids=lambda m: m.__name__)
 def test_exported_members_import(module):
     """Every name in ``__all__`` is an attribute of the package and ``from … import *`` gives exactly ``__all__``."""
     assert len(module.__all__) == len(set(module.__all__)), "duplicate names in __all__"
@@ -25,11 +27,12 @@ def test_exported_members_import(module):
 
 
 PUBLIC_PACKAGES = {
-    "scaffold": {"backends", "cli", "evaluation", "pocket", "store", "testing"},
+    "scaffold": {"backends", "cli", "evaluation", "pocket", "serve", "store", "testing"},
     "scaffold.backends": set(),
     "scaffold.cli": set(),
     "scaffold.evaluation": set(),
     "scaffold.pocket": set(),
+    "scaffold.serve": set(),
     "scaffold.store": set(),
     "scaffold.testing": set(),
 }

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from scaffold._errors import ModelAliasError
 from scaffold._validation import describe_errors
-
 from scaffold.backends._registry import BACKENDS, default_kind
 
 MODEL_KEYS = frozenset({"name", "params", "max_in_flight", "requests_per_minute", "tokens_per_minute", "timeout",
