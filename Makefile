@@ -32,3 +32,4 @@ bench: install
 	$(BIN)/python benchmarks/pocket.py
 	$(BIN)/python benchmarks/trainer.py
 	$(BIN)/python benchmarks/evaluation.py
+	$(BIN)/python benchmarks/serve.py

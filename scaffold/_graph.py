@@ -165,6 +165,7 @@ class Graph:
         on_delta: DeltaSink | None = None,
         stream_nodes: Iterable[str] | None = None,
         call_params: Mapping[str, Any] | None = None,
+        resume: bool = True,
     ) -> RunResult:
         """Run the graph once on ``inputs``, recording every call in a store.
 
@@ -190,7 +191,8 @@ class Graph:
         the calls of ``stream_nodes`` (node names), by default of the output node when it is a model
         call (:attr:`streamed_node`). A backend that does not stream gives one delta per choice.
         ``call_params`` (``temperature``, ``max_tokens``...) go with every model call of this run, over
-        the models' defaults; parameters a node sets itself still win.
+        the models' defaults; parameters a node sets itself still win. ``resume=False`` skips looking
+        ``run_id`` up in the store (for ids known to be new: a server's, which saves a store query per run).
         """
         self._check_inputs(inputs)
         streaming = self._stream_nodes(stream_nodes) if on_delta is not None else frozenset()
@@ -198,7 +200,7 @@ class Graph:
         recorder, reuse = None, list[ReuseSource]()
         target = resolve_store(store)
         if target is not None:
-            if run_id is not None:
+            if run_id is not None and resume:
                 prior = await asyncio.to_thread(target.replay_for, run_id, self.name, self.spec(), inputs, seed)
                 if prior is not None:
                     reuse.append(prior[0])

@@ -77,3 +77,5 @@ def test_a_client_leaving_before_the_answer_cancels_the_run(served):
         traces = store.traces(info.id)
     assert info.status == "cancelled"
     assert [t.status for t in traces if t.node == "samples"] == [sf.Status.CANCELLED] * 3
+    metrics = httpx.get(served.url + "/metrics").text
+    assert 'scaffold_requests_total{endpoint="chat",model="vote",status="499"} 1.0' in metrics

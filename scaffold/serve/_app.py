@@ -171,6 +171,9 @@ class Handlers:
             return self.streamed(graph, plan, chat, body, started, endpoint)
         try:
             results = await _run_watched(request, graph, plan)
+        except ApiError as exc:  # the client went away
+            self.metrics.requests.labels(graph.name, endpoint, str(exc.status)).inc()
+            raise
         finally:
             self.gate.leave()
             self.metrics.in_flight.labels(graph.name).dec()
@@ -296,19 +299,33 @@ def _unknown_model(name: str, served: Mapping[str, Any]) -> ApiError:
 
 
 async def _run_watched(request: Request, graph: ServedGraph, plan: Plan) -> list[RunResult]:
-    """Run every choice of ``plan`` concurrently; cancel them all if the client disconnects first."""
+    """Run every choice of ``plan`` (concurrently when ``n > 1``) in this task; if the client disconnects
+    first, cancel them (every call in flight is recorded as cancelled) and answer 499."""
     budget = plan.new_budget()
-    runs = asyncio.ensure_future(asyncio.gather(*[graph.run(plan, i, budget=budget) for i in range(plan.n)]))
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    def hung_up(watcher: asyncio.Future[None]) -> None:
+        nonlocal gone
+        if not watcher.cancelled() and watcher.exception() is None:
+            gone = True
+            task.cancel()
+
     watcher = asyncio.ensure_future(_disconnect(request))
+    watcher.add_done_callback(hung_up)
     try:
-        await asyncio.wait({runs, watcher}, return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
+        if plan.n == 1:  # no extra task: each one costs event-loop turns that queue behind every other request
+            return [await graph.run(plan, 0, budget=budget)]
+        return list(await asyncio.gather(*[graph.run(plan, i, budget=budget) for i in range(plan.n)]))
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        task.uncancel()
+        raise ApiError(499, "the client closed the request") from None
     finally:
+        watcher.remove_done_callback(hung_up)
         watcher.cancel()
-    if not runs.done():  # the client went away: cancel (every call in flight is recorded as cancelled)
-        runs.cancel()
-        await asyncio.gather(runs, return_exceptions=True)
-        raise ApiError(499, "the client closed the request")
-    return list(runs.result())
 
 
 async def _disconnect(request: Request) -> None:

@@ -246,7 +246,7 @@ class ServedGraph:
         return await plan.graph.run(
             plan.inputs, models=self.models, seed=seed, run_id=plan.run_ids[choice], timeout=plan.timeout,
             subscribers=subscribers, raise_on_error=False, budget=budget, store=self.store, on_delta=on_delta,
-            call_params=plan.call_params or None)
+            call_params=plan.call_params or None, resume=False)
 
 
 def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model], made: dict[str, Any], *,
