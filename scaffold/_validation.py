@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["describe_errors", "field_path"]
+__all__ = ["describe_errors", "error_field", "field_path"]
 
 _CLASS_NAME = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
 
@@ -46,13 +46,18 @@ def describe_errors(errors: list[Any], *, limit: int = 4) -> str:
         for prefix in ("Value error, ", "Assertion failed, "):
             if message.startswith(prefix):
                 message = message[len(prefix):]
-        where = field_path(tuple(p for p in error.get("loc", ()) if not _is_union_tag(p)))
+        where = error_field(error)
         part = f"`{where}`: {message}" if where else message
         if part not in parts:
             parts.append(part)
     if len(errors) > limit:
         parts.append(f"and {len(errors) - limit} more")
     return "; ".join(parts)
+
+
+def error_field(error: Any) -> str:
+    """The field one pydantic error is about, as :func:`field_path` writes it (union member tags dropped)."""
+    return field_path(tuple(p for p in error.get("loc", ()) if not _is_union_tag(p)))
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -37,3 +37,21 @@ def test_readme_graphs_snippet_prints_what_it_claims() -> None:
         exec(compile(block, str(README), "exec"), {})
     claimed = [line.split("# ", 1)[1].strip() for line in block.splitlines() if line.startswith("print(")]
     assert out.getvalue().strip().splitlines() == claimed
+
+
+def test_readme_serving_snippet_runs_against_a_served_pocket_model(pocket_quick) -> None:
+    """The "Serving a graph" client block runs as written against `self_consistency -p n=8 --name pocket-sc`
+    (served here on the quick pocket model, at this test's own port): it prints an answer, usage and the
+    scaffold extension, then streams progress and the voted text."""
+    from scaffold.serve import ServeThread, build_app
+
+    block = next(b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if "pocket-sc" in b)
+    directory, _ = pocket_quick
+    app = build_app({"served": {"pocket-sc": {"topology": "self_consistency", "params": {"n": 8},
+                                              "models": {"solver": f"pocket:{directory}"}}}}, store="none")
+    out = io.StringIO()
+    with ServeThread(app) as server, contextlib.redirect_stdout(out):
+        exec(compile(block.replace("http://127.0.0.1:8000/v1", server.base_url), str(README), "exec"), {})
+    printed = out.getvalue()
+    assert "prompt_tokens=" in printed and "'calls': 8" in printed and "boxed" in printed
+    assert "4/4 calls" in printed  # the streamed request's progress (n=4 for that request)

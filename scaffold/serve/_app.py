@@ -277,7 +277,7 @@ def create_app(served: Mapping[str, ServedGraph], *, api_keys: Sequence[str] = (
 def _parse(model: type[ChatRequest] | type[CompletionRequest], raw: bytes) -> Any:
     from pydantic import ValidationError
 
-    from scaffold._validation import describe_errors
+    from scaffold._validation import describe_errors, error_field
 
     try:
         data = json.loads(raw)
@@ -289,7 +289,7 @@ def _parse(model: type[ChatRequest] | type[CompletionRequest], raw: bytes) -> An
         return model.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
-        param = ".".join(str(p) for p in errors[0].get("loc", ())) if errors else None
+        param = error_field(errors[0]) if errors else None
         raise ApiError(400, describe_errors(errors), param=param or None) from None
 
 
