@@ -164,19 +164,19 @@ class Handlers:
             plan = graph.plan(body)
             await self.gate.enter()
         except ApiError as exc:
-            self.metrics.requests.labels(body.model, endpoint, str(exc.status)).inc()
+            self.metrics.child(self.metrics.requests, graph.name, endpoint, str(exc.status)).inc()
             raise
-        self.metrics.in_flight.labels(graph.name).inc()
+        self.metrics.child(self.metrics.in_flight, graph.name).inc()
         if body.stream:
             return self.streamed(graph, plan, chat, body, started, endpoint)
         try:
             results = await _run_watched(request, graph, plan)
         except ApiError as exc:  # the client went away
-            self.metrics.requests.labels(graph.name, endpoint, str(exc.status)).inc()
+            self.metrics.child(self.metrics.requests, graph.name, endpoint, str(exc.status)).inc()
             raise
         finally:
             self.gate.leave()
-            self.metrics.in_flight.labels(graph.name).dec()
+            self.metrics.child(self.metrics.in_flight, graph.name).dec()
         for result in results:
             self.metrics.record_run(graph.name, result)
         status = 200
@@ -192,8 +192,8 @@ class Handlers:
             status = exc.status
             response = error_response(exc)
             response.headers.update(headers(plan.run_ids))
-        self.metrics.requests.labels(graph.name, endpoint, str(status)).inc()
-        self.metrics.latency.labels(graph.name, endpoint).observe(time.perf_counter() - started)
+        self.metrics.child(self.metrics.requests, graph.name, endpoint, str(status)).inc()
+        self.metrics.child(self.metrics.latency, graph.name, endpoint).observe(time.perf_counter() - started)
         return response
 
     def streamed(self, graph: ServedGraph, plan: Plan, chat: bool, body: Any, started: float,
@@ -203,7 +203,7 @@ class Handlers:
         metrics = self.metrics
 
         def first_content() -> None:
-            metrics.ttft.labels(graph.name).observe(time.perf_counter() - started)
+            metrics.child(metrics.ttft, graph.name).observe(time.perf_counter() - started)
 
         async def produce(emit: Any) -> None:
             finished.extend(await stream_runs(graph, plan, emit, chat=chat, include_usage=include_usage,
@@ -211,11 +211,11 @@ class Handlers:
 
         def closed(gone: bool) -> None:
             self.gate.leave()
-            metrics.in_flight.labels(graph.name).dec()
+            metrics.child(metrics.in_flight, graph.name).dec()
             for result in finished:
                 metrics.record_run(graph.name, result)
-            metrics.requests.labels(graph.name, endpoint, "499" if gone else "200").inc()
-            metrics.latency.labels(graph.name, endpoint).observe(time.perf_counter() - started)
+            metrics.child(metrics.requests, graph.name, endpoint, "499" if gone else "200").inc()
+            metrics.child(metrics.latency, graph.name, endpoint).observe(time.perf_counter() - started)
 
         return EventStream(produce, headers(plan.run_ids), closed)
 
@@ -268,9 +268,12 @@ def create_app(served: Mapping[str, ServedGraph], *, api_keys: Sequence[str] = (
     for path, method, endpoint in (
         ("/health", "GET", handlers.health), ("/metrics", "GET", handlers.prometheus),
         ("/v1/models", "GET", handlers.list_models), ("/v1/models/{name:path}", "GET", handlers.one_model),
-        ("/v1/chat/completions", "POST", handlers.chat_completions), ("/v1/completions", "POST", handlers.completions),
     ):
         app.add_api_route(path, endpoint, methods=[method], response_model=None)
+    # the completion endpoints read and validate their own bodies: plain routes skip FastAPI's dependency
+    # solving (~0.1 ms per request) and are documented by the pydantic models of scaffold.serve._wire
+    app.router.add_route("/v1/chat/completions", handlers.chat_completions, methods=["POST"])
+    app.router.add_route("/v1/completions", handlers.completions, methods=["POST"])
     return app
 
 

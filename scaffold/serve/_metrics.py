@@ -16,7 +16,7 @@ name                                     type        labels
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scaffold._result import RunResult
@@ -45,8 +45,17 @@ class Metrics:
                             registry=r)
         self.latency = Histogram("scaffold_request_seconds", "Request latency", ["model", "endpoint"],
                                  buckets=_LATENCY_BUCKETS, registry=r)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.ttft = Histogram("scaffold_time_to_first_token_seconds", "Streams: request received to first content",
                               ["model"], buckets=_LATENCY_BUCKETS, registry=r)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached (``labels`` takes a lock and builds a key on every call)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def record_run(self, model: str, result: RunResult) -> None:
         """Count a finished run's model calls, tokens and cost."""
@@ -65,13 +74,13 @@ class Metrics:
             if trace.cost is not None:
                 cost += trace.cost
         for (alias, status), count in calls.items():
-            self.calls.labels(model, alias, status).inc(count)
+            self.child(self.calls, model, alias, status).inc(count)
         if prompt:
-            self.tokens.labels(model, "prompt").inc(prompt)
+            self.child(self.tokens, model, "prompt").inc(prompt)
         if completion:
-            self.tokens.labels(model, "completion").inc(completion)
+            self.child(self.tokens, model, "completion").inc(completion)
         if cost:
-            self.cost.labels(model).inc(cost)
+            self.child(self.cost, model).inc(cost)
 
     def render(self) -> bytes:
         """The text exposition format."""
