@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,8 @@ from helpers import boxed, numbered_script
 
 from scaffold.store import close_stores
 from scaffold.testing import ScriptedBackend
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Every run records into the default store unless told otherwise. Each test records into its own
 # throwaway SQLite file (never ./scaffold.db), so every test also exercises the recording path.
@@ -56,15 +60,33 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture(scope="session")
-def pocket_quick(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def pocket_quick_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``scaffold pocket build --quick --cache-dir CACHE`` into a fresh cache, once per session.
+
+    Returns ``(CACHE, what the command printed)``. The command builds ``PocketConfig.quick()`` (portable
+    arithmetic), the model :func:`pocket_quick` hands out; the CLI's own test reads this first build and
+    then checks that a second command reuses it, so the session trains the quick model once, not once per
+    user. A test given ``SCAFFOLD_CACHE=CACHE`` finds it where ``pocket_model(config=PocketConfig.quick())``
+    looks.
+    """
+    cache = tmp_path_factory.mktemp("pocket-cache")
+    done = subprocess.run([sys.executable, "-m", "scaffold", "pocket", "build", "--quick", "--cache-dir", str(cache)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return cache, done.stdout
+
+
+@pytest.fixture(scope="session")
+def pocket_quick(pocket_quick_build: tuple[Path, str]) -> Any:
     """The seconds-sized pocket model (``PocketConfig.quick()``), trained from scratch once per session.
 
-    Returns ``(directory, BuildReport)``.
+    Returns ``(directory, BuildReport)``: the model ``pocket_quick_build`` saved in its cache, and the report it saved.
     """
-    from scaffold.pocket import PocketConfig, build_pocket_model
+    from scaffold.pocket import BuildReport, PocketConfig, load_report
 
-    path = tmp_path_factory.mktemp("pocket") / "model"
-    return path, build_pocket_model(path, PocketConfig.quick(), progress=False)
+    cache, _ = pocket_quick_build
+    path = cache / "pocket" / PocketConfig.quick().fingerprint()
+    return path, BuildReport.from_dict(load_report(path))
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*args: str) -> str:
-    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def run(*args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -95,10 +97,14 @@ def test_store_benchmark_ends_with_its_json_keys() -> None:
 
 
 @pytest.mark.slow
-def test_trainer_benchmark_ends_with_its_json_keys() -> None:
-    """benchmarks/trainer.py --quick (ours and TRL's GRPOTrainer on the quick pocket model) prints one JSON line."""
+def test_trainer_benchmark_ends_with_its_json_keys(pocket_quick_build: tuple[Path, str]) -> None:
+    """benchmarks/trainer.py --quick (ours and TRL's GRPOTrainer on the quick pocket model) prints one JSON line.
+
+    Its ``pocket_model(config=PocketConfig.quick())`` finds the session's quick model in the session's cache.
+    """
     pytest.importorskip("trl")
-    out = run("benchmarks/trainer.py", "--quick")
+    cache, _ = pocket_quick_build
+    out = run("benchmarks/trainer.py", "--quick", env={"SCAFFOLD_CACHE": str(cache)})
     figures = json.loads(out.strip().splitlines()[-1])
     assert figures["bench"] == "trainer"
     for key in ("tokens_per_s", "trl_tokens_per_s", "trl_step_tokens_per_s", "ratio", "advantage_ms_256x24"):

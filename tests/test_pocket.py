@@ -312,10 +312,14 @@ def test_demo_runs_every_topology_records_every_call_and_plots(quick_model: tupl
 
 
 @pytest.mark.slow
-def test_cli_builds_the_quick_model_once_and_writes_its_problems(tmp_path: Path) -> None:
-    """`scaffold pocket build --quick` builds into the cache and reports; again, it reuses it; problems follow it."""
-    cache = tmp_path / "cache"
-    first = _run(["-m", "scaffold", "pocket", "build", "--quick", "--cache-dir", str(cache)], {})
+def test_cli_builds_the_quick_model_once_and_writes_its_problems(pocket_quick_build: tuple[Path, str],
+                                                                 tmp_path: Path) -> None:
+    """`scaffold pocket build --quick` builds into the cache and reports; again, it reuses it; problems follow it.
+
+    The first build is the session's quick model: conftest's ``pocket_quick_build`` ran that command into a
+    fresh cache (the model every ``pocket_quick`` test uses), so the session trains it once.
+    """
+    cache, first = pocket_quick_build
     where = Path(next(line for line in first.splitlines() if line.startswith("pocket model:")).split(": ", 1)[1])
     assert where.parent == cache / "pocket" and (where / "config.json").is_file()
     assert "pass1" in first and "maj4" in first
