@@ -89,14 +89,18 @@ def test_selection_falls_back_to_the_untightened_regime_then_to_the_fewest_misse
 
 
 def test_a_training_with_no_eligible_checkpoint_is_retried_from_a_derived_seed(tmp_path: Path) -> None:
-    """A real (tiny) build whose first training checks nothing trains afresh from seed + 1000, up to attempts."""
+    """A real (tiny) build whose first training checks nothing trains afresh from seed + 1000, up to attempts.
+
+    In native arithmetic, in this process: three steps check nothing on any CPU, and the retry is the same code
+    in a portable build's child (a child's start would only add an interpreter and torch per build here).
+    """
     from scaffold.pocket import build_pocket_model
 
-    config = PocketConfig.quick(max_steps=3, attempts=2, seed=4, eval_problems=4)
+    config = PocketConfig.quick(max_steps=3, attempts=2, seed=4, eval_problems=4, portable=False)
     report = build_pocket_model(tmp_path / "model", config, progress=False)
     assert (report.attempts, report.trained_seed, report.steps) == (2, 1004, 3)
-    once = build_pocket_model(tmp_path / "once", PocketConfig.quick(max_steps=3, seed=4, eval_problems=4, attempts=1),
-                              progress=False)
+    once = build_pocket_model(tmp_path / "once", PocketConfig.quick(max_steps=3, seed=4, eval_problems=4, attempts=1,
+                                                                    portable=False), progress=False)
     assert (once.attempts, once.trained_seed) == (1, 4)
     with pytest.raises(ValueError, match="attempts"):
         build_pocket_model(tmp_path / "none", PocketConfig.quick(attempts=0), progress=False)
