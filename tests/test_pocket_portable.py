@@ -20,30 +20,39 @@ def weights(path: Path) -> bytes:
     return (path / "model.safetensors").read_bytes()
 
 
-def test_a_portable_build_ignores_the_callers_kernel_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="module")
+def clean_portable(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, BuildReport]:
+    """A tiny portable build (``PocketConfig.quick(**TINY)``) from a caller with no kernel settings, once per module."""
+    path = tmp_path_factory.mktemp("portable") / "clean"
+    return path, build_pocket_model(path, PocketConfig.quick(**TINY), progress=False)
+
+
+def test_a_portable_build_ignores_the_callers_kernel_settings(clean_portable: tuple[Path, BuildReport],
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever MKL and ATen variables the caller has set, the child trains with PORTABLE_ENV: equal bits."""
     config = PocketConfig.quick(**TINY)
-    first = build_pocket_model(tmp_path / "clean", config, progress=False)
+    clean, first = clean_portable
     monkeypatch.setenv("MKL_CBWR", "AUTO")
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     for name in UNSET:
         monkeypatch.setenv(name, "SSE4_2")
     second = build_pocket_model(tmp_path / "steered", config, progress=False)
-    assert weights(tmp_path / "clean") == weights(tmp_path / "steered")
+    assert weights(clean) == weights(tmp_path / "steered")
     assert first.arithmetic == second.arithmetic == "portable (MKL COMPATIBLE, ATen AVX2, x86_64)"
-    assert json.loads((tmp_path / "clean" / "pocket_report.json").read_text())["arithmetic"] == first.arithmetic
+    assert json.loads((clean / "pocket_report.json").read_text())["arithmetic"] == first.arithmetic
     assert isinstance(first, BuildReport) and first.steps == 12 and first.eval["problems"] == 4
 
 
-def test_a_native_build_trains_in_this_process_with_its_own_kernels(tmp_path: Path) -> None:
+def test_a_native_build_trains_in_this_process_with_its_own_kernels(clean_portable: tuple[Path, BuildReport],
+                                                                    tmp_path: Path) -> None:
     """portable=False: no child, this process's MKL and ATen (recorded as native); other bits than portable."""
     import torch
 
     native = build_pocket_model(tmp_path / "native", PocketConfig.quick(portable=False, **TINY), progress=False)
     assert native.arithmetic.startswith("native (MKL ") and torch.backends.cpu.get_cpu_capability() in native.arithmetic
-    portable = build_pocket_model(tmp_path / "portable", PocketConfig.quick(**TINY), progress=False)
+    portable_dir, portable = clean_portable  # the same config, portable
     if "MKL AUTO" in native.arithmetic:  # MKL's own (AVX) branch rounds otherwise than SSE2 within 12 steps
-        assert weights(tmp_path / "native") != weights(tmp_path / "portable")
+        assert weights(tmp_path / "native") != weights(portable_dir)
     assert portable.arithmetic.startswith("portable")
 
 
