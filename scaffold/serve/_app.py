@@ -272,8 +272,10 @@ def create_app(served: Mapping[str, ServedGraph], *, api_keys: Sequence[str] = (
         app.add_api_route(path, endpoint, methods=[method], response_model=None)
     # the completion endpoints read and validate their own bodies: plain routes skip FastAPI's dependency
     # solving (~0.1 ms per request) and are documented by the pydantic models of scaffold.serve._wire
-    app.router.add_route("/v1/chat/completions", handlers.chat_completions, methods=["POST"])
-    app.router.add_route("/v1/completions", handlers.completions, methods=["POST"])
+    from starlette.routing import Route
+
+    app.router.routes[:0] = [Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
+                             Route("/v1/completions", handlers.completions, methods=["POST"])]  # matched first
     return app
 
 
