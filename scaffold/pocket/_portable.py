@@ -83,7 +83,8 @@ def build_in_child(out_dir: Path, config: Any, *, progress: bool) -> dict[str, A
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**{k: v for k, v in os.environ.items() if k not in UNSET}, **PORTABLE_ENV, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
-    command = [sys.executable, "-m", "scaffold.pocket._portable", str(out_dir), json.dumps(asdict(config)),
+    # -c, not -m: running a module its own package has imported makes runpy warn on every build
+    command = [sys.executable, "-c", _CHILD_MAIN, str(out_dir), json.dumps(asdict(config)),
                "1" if progress else "0", str(os.getpid())]
     child = subprocess.Popen(command, env=env, stdout=None if progress else subprocess.DEVNULL)
     try:
@@ -139,6 +140,8 @@ def _child(out_dir: str, config_json: str, progress: str, parent: str) -> int:
         raise
     return 0
 
+
+_CHILD_MAIN = "import sys; from scaffold.pocket._portable import _child; sys.exit(_child(*sys.argv[1:5]))"
 
 if __name__ == "__main__":
     sys.exit(_child(*sys.argv[1:5]))
