@@ -89,20 +89,12 @@ def serve_command(handle: StoreHandle, topology: str | None, config_path: str | 
         app = build_app(config, store=store, defaults=defaults, api_base=api_base, keys=keys)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    listing = {name: item["scaffold"] for name, item in _described(app).items()}
+    listing = {name: app.state.handlers.describe(name)["scaffold"] for name in app.state.served}
     if check:
         click.echo(json.dumps({"served": listing, "auth": bool(keys)}, indent=2))
         return
-    import uvicorn
+    from scaffold.serve._server import run_app
 
     where = f"http://{server.host}:{server.port}/v1"
     click.echo(f"serving {', '.join(listing)} at {where}" + (" (API keys required)" if keys else ""), err=True)
-    settings = uvicorn.Config(app, host=server.host, port=server.port, log_level="warning",
-                              timeout_graceful_shutdown=int(server.shutdown_timeout), access_log=False)
-    uvicorn.Server(settings).run()
-
-
-def _described(app: Any) -> dict[str, Any]:
-    served = app.state.served
-    return {name: {"scaffold": {"topology": graph.config.topology, "calls": graph.graph.count_calls(),
-                                "request_params": graph.allowed_params}} for name, graph in served.items()}
+    run_app(app, host=server.host, port=server.port, shutdown_timeout=server.shutdown_timeout, log_level="warning")

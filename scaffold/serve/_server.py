@@ -112,11 +112,16 @@ def serve(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], *, hos
 
         serve({"served": {"rsa": {"topology": "rsa", "models": {"solver": "openai/gpt-4o-mini"}}}}, port=8000)
     """
-    import uvicorn
-
     config = _config(source)
     app = build_app(config, store=store, defaults=defaults, api_base=api_base)
-    settings = uvicorn.Config(app, host=host or config.server.host, port=config.server.port if port is None else port,
-                              log_level=log_level, timeout_graceful_shutdown=int(config.server.shutdown_timeout),
-                              access_log=False)
+    run_app(app, host=host or config.server.host, port=config.server.port if port is None else port,
+            shutdown_timeout=config.server.shutdown_timeout, log_level=log_level)
+
+
+def run_app(app: Any, *, host: str, port: int, shutdown_timeout: float, log_level: str = "info") -> None:
+    """Run an app under uvicorn until SIGINT/SIGTERM, letting in-flight requests finish first."""
+    import uvicorn
+
+    settings = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                              timeout_graceful_shutdown=int(shutdown_timeout), access_log=False)
     uvicorn.Server(settings).run()
