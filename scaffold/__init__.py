@@ -28,6 +28,7 @@ from scaffold._errors import (
     BudgetExceeded,
     CallError,
     CallTimeout,
+    ClusterError,
     ConnectionFailed,
     ContextLengthError,
     DatasetError,
@@ -213,4 +214,5 @@ __all__ = [
     "StoreError",
     "SchemaVersionError",
     "ResumeError",
+    "ClusterError",
 ]

@@ -98,9 +98,12 @@ def budget_layer(budget: Budget) -> Layer:
     """Book the call's worst case against ``budget`` before sending (:class:`BudgetExceeded` if it could
     pass it), settle with what the completions used after."""
 
+    book_async = getattr(budget, "book_async", None)
+
     def wrap(send: Send) -> Send:
         async def send_budgeted(request: Request) -> Reply:
-            booked = budget.book(request)  # raises BudgetExceeded before anything is sent
+            # raises BudgetExceeded before anything is sent; a cluster's shared budget books asynchronously
+            booked = await book_async(request) if book_async is not None else budget.book(request)
             reply = None
             try:
                 reply = await send(request)

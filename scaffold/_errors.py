@@ -27,9 +27,10 @@
     │   ├── BudgetExceeded               a call was refused: it could pass the run's token or dollar budget
     │   ├── CallTimeout (TimeoutError)   one call ran past its timeout
     │   └── RunTimeout (TimeoutError)    the whole run ran past its timeout
-    └── StoreError (RuntimeError)        the trajectory store could not be opened, read or written
-        ├── SchemaVersionError           the store's schema is newer than this code (or not scaffold's)
-        └── ResumeError                  a recorded run id was run again with another graph, inputs or seed
+    ├── StoreError (RuntimeError)        the trajectory store could not be opened, read or written
+    │   ├── SchemaVersionError           the store's schema is newer than this code (or not scaffold's)
+    │   └── ResumeError                  a recorded run id was run again with another graph, inputs or seed
+    └── ClusterError (RuntimeError)      a Ray cluster cannot run the job (no Ray, an unsafe store, every worker lost)
 """
 
 from __future__ import annotations
@@ -189,3 +190,8 @@ class SchemaVersionError(StoreError):
 
 class ResumeError(StoreError):
     """A run id already in the store was run again with a different graph, inputs or seed."""
+
+
+class ClusterError(ScaffoldError, RuntimeError):
+    """A job cannot run on the Ray cluster: Ray missing or unreachable, a store workers cannot share
+    safely (SQLite across machines), models that cannot be sent to workers, or every worker lost."""

@@ -15,7 +15,7 @@ import inspect
 import random
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from scaffold._answers import Extractor, extract_boxed
 from scaffold._budget import Budget
@@ -32,6 +32,9 @@ from scaffold._sizes import check_run_sizes
 from scaffold._sync import no_running_loop, run_released
 from scaffold._types import Status
 from scaffold.store._default import DEFAULT, resolve_store
+
+if TYPE_CHECKING:
+    from scaffold.cluster._cluster import Cluster
 
 
 def _signature(fn: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -252,6 +255,7 @@ class Graph:
         dataset: str | None = None,
         store: Any = DEFAULT,
         items: Sequence[int] | None = None,
+        cluster: Cluster | None = None,
         **run_kwargs: Any,
     ) -> AsyncIterator[RunResult]:
         """Run the graph on every row of ``rows``, ``concurrency`` rows at a time.
@@ -269,6 +273,10 @@ class Graph:
         send nothing. ``items`` gives each row's position explicitly (its run id, seed offset,
         dataset item and ``result.index``), so a caller can run only the rows still missing.
 
+        With ``cluster`` (a :class:`~scaffold.cluster.Cluster`) the rows run on Ray workers,
+        ``concurrency`` at a time per worker, with every model limit and the budget held across
+        the cluster and a dead worker's rows resumed on the others (see :mod:`scaffold.cluster`).
+
         Example:
             >>> import scaffold as sf
             >>> from scaffold.testing import ScriptedBackend
@@ -281,6 +289,12 @@ class Graph:
             >>> asyncio.run(main())
             ['1', '1', '1']
         """
+        if cluster is not None:
+            from scaffold.cluster._map import map_on_cluster
+
+            return map_on_cluster(self, rows, cluster=cluster, models=models, concurrency=concurrency, seed=seed,
+                                  progress=progress, run_id=run_id, dataset=dataset, store=store, items=items,
+                                  run_kwargs=run_kwargs)
         return map_runs(self, rows, models=models, concurrency=concurrency, seed=seed, progress=progress,
                         run_id=run_id, dataset=dataset, store=store, items=items, run_kwargs=run_kwargs)
 

@@ -154,3 +154,25 @@ def store(store_url: str) -> Iterator[Any]:
     opened = Store(store_url)
     yield opened
     opened.close()
+
+
+@pytest.fixture(scope="session")
+def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real local Ray cluster (4 logical CPUs), started once per session; returns its GCS address.
+
+    Tests in one session share it: every test makes its own actors and kills what it started. Workers
+    import this checkout (``PYTHONPATH``) and use one thread each for torch; ``RAY_AUTH_MODE=disabled``
+    keeps Ray from writing an auth token under the home directory (FIELD-NOTES).
+    """
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    env = {"RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+           "OMP_NUM_THREADS": "1", "SCAFFOLD_STORE": os.environ["SCAFFOLD_STORE"]}
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, _temp_dir=str(temp),
+             namespace="scaffold-tests", runtime_env={"env_vars": env})
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

@@ -150,6 +150,17 @@ class OpenAIBackend:
         copy._sessions = weakref.WeakKeyDictionary()
         return copy
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (a cluster sends backends to its workers): the per-loop HTTP sessions stay behind."""
+        state = dict(self.__dict__)
+        state["_sessions"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # the "not given" sentinel does not survive pickling as itself: restore this process's one
+        self.__dict__.update({key: _UNSET if type(value) is object else value for key, value in state.items()})
+        self._sessions = weakref.WeakKeyDictionary()
+
     def check_credentials(self) -> None:
         """Raise :class:`~scaffold._errors.AuthenticationError` naming the missing variable, if a key is required.
 

@@ -41,6 +41,8 @@ def resolve_store(store: Any) -> Store | None:
 
     if isinstance(store, Store):
         return store
+    if callable(getattr(store, "recorder", None)) and callable(getattr(store, "replay_for", None)):
+        return store  # type: ignore[no-any-return]  # a store's stand-in (a cluster worker's RemoteStore)
     if store is DEFAULT:
         store = default_target()
         if store is None:
