@@ -213,3 +213,34 @@ def test_options_that_cannot_reach_workers_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match="subscribers"):
         rsa().map_sync(rows(2), models={"solver": ScriptedBackend(seeded)}, store=tmp_path / "r.db",
                        subscribers=[print], cluster=Cluster(workers=1, num_cpus=0.5))
+
+
+def test_scaffold_eval_with_ray_joins_the_cluster_and_prints_the_single_process_table(tmp_path: Path,
+                                                                                     ray_local: str) -> None:
+    """`scaffold eval ... --ray ADDRESS --workers 2` over real HTTP gives the same report as without --ray."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(f'{{"problem": "What is {i} + {i}?", "answer": "{i % 3}"}}\n' for i in range(8)))
+    with OpenAIServer(policy=served) as server:
+        def scaffold_eval(store: str, *extra: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "scaffold", "--store", store, "eval", "rsa", "-p", "n=4", "-p", "k=2",
+                 "-p", "steps=1", "--model", "solver=hosted_vllm/test-model", "--api-base", server.base_url,
+                 "--data", str(data), "--no-progress", "--json", *extra],
+                cwd=ROOT, capture_output=True, text=True, timeout=300,
+                env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+            assert done.returncode == 0, done.stderr[-2000:]
+            return done.stdout
+
+        import json
+
+        alone = json.loads(scaffold_eval(str(tmp_path / "alone.db")))
+        spread = json.loads(scaffold_eval(str(tmp_path / "spread.db"), "--ray", ray_local, "--workers", "2",
+                                          "--worker-cpus", "0.5"))
+    first, second = (r[0] if isinstance(r, list) else r for r in (alone, spread))
+    assert second["finished"] == first["finished"] == 8
+    assert second["accuracy"] == first["accuracy"]
+    assert second["node_accuracy"] == first["node_accuracy"] and second["pass_at_k"] == first["pass_at_k"]
+    with sf.Store(tmp_path / "alone.db") as alone_store, sf.Store(tmp_path / "spread.db") as spread_store:
+        answers = [[(r.item, r.answer) for r in sorted(s.runs(limit=None), key=lambda r: r.item or 0)]
+                   for s in (alone_store, spread_store)]
+    assert answers[0] == answers[1] and len(answers[0]) == 8

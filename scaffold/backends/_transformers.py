@@ -192,6 +192,11 @@ class TransformersBackend:
         if max_batch_size < 1 or max_new_tokens < 1 or batch_window < 0:
             raise ValueError("max_batch_size and max_new_tokens must be at least 1, batch_window at least 0")
         torch, _ = _require_torch()
+        # how to load this backend again elsewhere (a cluster worker): only a model given by its path can be
+        self._origin: tuple[Any, ...] | None = None
+        if isinstance(model, (str, os.PathLike)) and (tokenizer is None or isinstance(tokenizer, str)):
+            self._origin = (os.fspath(model), tokenizer, device, dtype if not isinstance(dtype, torch.dtype)
+                            else str(dtype).removeprefix("torch."), max_batch_size, max_new_tokens, batch_window)
         self.model, self.name = _load_model(model, device=device, dtype=dtype)
         self.tokenizer = _load_tokenizer(tokenizer if tokenizer is not None else self.model.name_or_path)
         self.device = torch.device(device) if device is not None else self.model.device
@@ -224,6 +229,14 @@ class TransformersBackend:
             return []
         return await self._submit(request).future
 
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its model's path: a cluster worker that unpickles it loads its own copy from disk."""
+        if self._origin is None:
+            raise TypeError("a TransformersBackend built from a loaded model cannot be sent to another process; "
+                            "build it from the model's directory (or use 'transformers:/path')")
+        path, tokenizer, device, dtype, max_batch_size, max_new_tokens, batch_window = self._origin
+        return _reload, (path, tokenizer, device, dtype, max_batch_size, max_new_tokens, batch_window)
     def stream(self, request: Request) -> AsyncIterator[StreamItem]:
         """Stream ``request``: a :class:`~scaffold._types.Delta` per sampled token (its id, and the text that
         became certain), then one :class:`~scaffold._types.Finished` (:mod:`scaffold.backends._transformers_stream`)."""
@@ -415,3 +428,10 @@ def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     ids.add(tokenizer.eos_token_id)
     ids.discard(None)
     return frozenset(ids)
+
+
+def _reload(path: str, tokenizer: str | None, device: str | None, dtype: str | None, max_batch_size: int,
+            max_new_tokens: int, batch_window: float) -> TransformersBackend:
+    """A :class:`TransformersBackend` loaded again from its model directory (what unpickling calls)."""
+    return TransformersBackend(path, tokenizer, device=device, dtype=dtype, max_batch_size=max_batch_size,
+                               max_new_tokens=max_new_tokens, batch_window=batch_window)

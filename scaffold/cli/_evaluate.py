@@ -40,13 +40,20 @@ from scaffold.cli._options import model_options, param_options, prepare, split_p
 @click.option("--max-total-tokens", type=click.IntRange(min=1), metavar="N",
               help="Spend at most N tokens (prompt + completion) in this command.")
 @click.option("--dry-run", is_flag=True, help="Print the calls each evaluation would make, run nothing.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Run the problems on a Ray cluster: --ray alone starts (or joins) a local one, --ray auto or "
+                   "--ray ray://HOST:10001 joins a running one. Limits and the budget hold cluster-wide.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Ray workers (with --ray); --concurrency is per worker.")
+@click.option("--worker-cpus", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="CPUs Ray reserves per worker (with --ray).")
 @click.pass_obj
 def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], prompts: str | None,
                  model_values: tuple[str, ...], api_base: str | None, temperature: float, max_tokens: int | None,
                  data: str | None, limit: int | None, problem_key: str, answer_key: str, name: str | None,
                  resume_name: str | None, concurrency: int, seed: int, ks: str | None, out: Path | None,
                  as_json: bool, no_progress: bool, max_cost: float | None, max_total_tokens: int | None,
-                 dry_run: bool) -> None:
+                 dry_run: bool, ray_address: str | None, workers: int, worker_cpus: float) -> None:
     """Evaluate TOPOLOGY on a dataset: accuracy, pass@k, maj@k, per-step accuracy, tokens/$/latency per problem.
 
     TOPOLOGY is a ready-made one (`scaffold graph list`) or your own @sf.graph function as
@@ -68,6 +75,8 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
       scaffold eval rsa --model openai/gpt-4o-mini --data aime24.jsonl --dry-run     # calls, before paying
       scaffold eval rsa --model openai/gpt-4o-mini --data aime24.jsonl --max-cost 5
       scaffold eval --resume rsa-pocket-3x3-test-s0-n100-1a2b3c
+      scaffold eval rsa --model openai/gpt-4o-mini --data math500.jsonl --ray auto --workers 8 \\
+          --store postgresql+psycopg://user@db/scaffold                # on a Ray cluster
       scaffold compare rsa-pocket-3x3-test-s0-n100-1a2b3c self_consistency-pocket-3x3-test-s0-n100-4d5e6f
     """
     from scaffold.evaluation import load_report
@@ -93,7 +102,8 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
             click.echo(f"{plan.name}: {len(plan.rows)} problems x ({', '.join(f'{a}={n}' for a, n in calls.items())})"
                        f" = {len(plan.rows) * sum(calls.values()):,} model calls")
             continue
-        plan.run(store, concurrency=concurrency, seed=ask.seed, progress=not no_progress, budget=budget)
+        plan.run(store, concurrency=concurrency, seed=ask.seed, progress=not no_progress, budget=budget,
+                 **_cluster_option(ray_address, workers, worker_cpus))
         reports.append(load_report(store, plan.name, ks=sizes))
     if dry_run:
         return
@@ -338,3 +348,12 @@ def write_outputs(reports: Sequence[Any], out: Path) -> list[Path]:
     written += [summary, problems, out / "compare.md", out / "compare.csv"]
     written += write_plots(reports, out)
     return written
+
+
+def _cluster_option(address: str | None, workers: int, cpus: float) -> dict[str, Any]:
+    """``cluster=`` for ``evaluate`` when ``--ray`` was given (``local``: start or join a local cluster)."""
+    if address is None:
+        return {}
+    from scaffold.cluster import Cluster
+
+    return {"cluster": Cluster(address=None if address == "local" else address, workers=workers, num_cpus=cpus)}
