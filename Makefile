@@ -33,3 +33,4 @@ bench: install
 	$(BIN)/python benchmarks/trainer.py
 	$(BIN)/python benchmarks/evaluation.py
 	$(BIN)/python benchmarks/serve.py
+	$(BIN)/python benchmarks/distributed.py

@@ -121,3 +121,17 @@ def test_evaluation_benchmark_ends_with_its_json_keys() -> None:
     for key in ("map_seconds", "eval_seconds", "overhead_ratio", "report_seconds", "resume_seconds", "accuracy"):
         assert isinstance(figures[key], (int, float)) and figures[key] >= 0, (key, figures)
     assert figures["rewards"] == figures["calls"] + figures["problems"]  # each trace and each run, once
+
+
+@pytest.mark.slow
+def test_distributed_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/distributed.py --quick starts its own Ray cluster and prints the issue's keys; nothing lost."""
+    out = run("benchmarks/distributed.py", "--quick", "--rows", "120", "--limiter-calls", "6400")
+    figures = json.loads(out.strip().splitlines()[-1])
+    keys = ("bench", "rows_per_s_local", "rows_per_s_w1", "rows_per_s_w2", "rows_per_s_w4", "overhead_ms_per_row",
+            "limiter_us_per_call", "lost", "duplicated")
+    assert set(keys) <= set(figures)
+    assert figures["bench"] == "distributed"
+    assert figures["lost"] == 0 and figures["duplicated"] == 0
+    assert all(figures[k] > 0 for k in keys if k.startswith("rows_per_s"))
+    assert figures["limiter_us_per_call"] < 1000

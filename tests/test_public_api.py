@@ -27,7 +27,8 @@ def test_exported_members_import(module):
 
 
 PUBLIC_PACKAGES = {
-    "scaffold": {"backends", "cli", "evaluation", "pocket", "serve", "store", "testing"},
+    "scaffold": {"backends", "cli", "cluster", "evaluation", "pocket", "serve", "store", "testing"},
+    "scaffold.cluster": set(),
     "scaffold.backends": set(),
     "scaffold.cli": set(),
     "scaffold.evaluation": set(),

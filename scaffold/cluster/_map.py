@@ -198,17 +198,13 @@ async def map_on_cluster(
     run_kwargs: dict[str, Any],
 ) -> AsyncIterator[RunResult]:
     """What ``Graph.map(..., cluster=...)`` yields: one result per row, in completion order."""
-    per_worker = cluster.concurrency or concurrency
-    if per_worker < 1:
-        raise ValueError(f"concurrency must be at least 1, got {per_worker}")
-    budget = run_kwargs.pop("budget", None)
-    if budget is not None and not isinstance(budget, Budget):
-        raise ClusterError(f"budget must be a scaffold Budget, got {type(budget).__name__}")
-    for unsupported in ("subscribers", "on_delta"):
-        if run_kwargs.get(unsupported):
-            raise ClusterError(f"{unsupported}= runs in the caller's process and cannot go to cluster workers")
+    per_worker, budget = _checked(cluster, concurrency, run_kwargs)
     job = _ClusterJob(cluster, budget)
-    await job.start(graph, models, store, run_kwargs)
+    try:
+        await job.start(graph, models, store, run_kwargs)
+    except BaseException:
+        await job.close()
+        raise
     feed = _Feed(rows, items, seed, run_id)
     running: dict[asyncio.Future[Any], tuple[int, _Row]] = {}
     bar = _progress(progress, rows)
@@ -247,6 +243,20 @@ async def map_on_cluster(
         await job.close()
         if bar is not None:
             bar.close()
+
+
+def _checked(cluster: Cluster, concurrency: int, run_kwargs: dict[str, Any]) -> tuple[int, Budget | None]:
+    """Rows in flight per worker, and the budget (taken out of ``run_kwargs``: workers lease it)."""
+    per_worker = cluster.concurrency or concurrency
+    if per_worker < 1:
+        raise ValueError(f"concurrency must be at least 1, got {per_worker}")
+    budget = run_kwargs.pop("budget", None)
+    if budget is not None and not isinstance(budget, Budget):
+        raise ClusterError(f"budget must be a scaffold Budget, got {type(budget).__name__}")
+    for unsupported in ("subscribers", "on_delta"):
+        if run_kwargs.get(unsupported):
+            raise ClusterError(f"{unsupported}= runs in the caller's process and cannot go to cluster workers")
+    return per_worker, budget
 
 
 class _Feed:

@@ -78,6 +78,16 @@ class SimulatedBackend:
         self._timer_at = math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def __getstate__(self) -> dict[str, object]:
+        """Picklable (a cluster sends it to its workers): pending wake-ups belong to this process's loop."""
+        state = dict(self.__dict__)
+        state.update(_due=[], _order=None, _timer=None, _timer_at=math.inf, _loop=None)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._order = itertools.count()
+
     async def complete(self, request: Request) -> list[Completion]:
         self.calls += 1
         latency = lognormal_latency(request, self.median, self.sigma)
