@@ -244,3 +244,16 @@ def test_scaffold_eval_with_ray_joins_the_cluster_and_prints_the_single_process_
         answers = [[(r.item, r.answer) for r in sorted(s.runs(limit=None), key=lambda r: r.item or 0)]
                    for s in (alone_store, spread_store)]
     assert answers[0] == answers[1] and len(answers[0]) == 8
+
+
+def test_a_budget_holds_across_workers_and_reports_back(tmp_path: Path) -> None:
+    """A token budget shared by 3 workers: never passed, the refused calls counted, totals back in the Budget."""
+    budget = sf.Budget(max_tokens=4_000)
+    model = sf.Model(ScriptedBackend(seeded), params={"max_tokens": 20})
+    results = rsa().map_sync(rows(30), models={"solver": model}, concurrency=4, seed=0,
+                             store=tmp_path / "runs.db", budget=budget, cluster=Cluster(workers=3, num_cpus=0.5))
+    assert len(results) == 30
+    assert 0 < budget.tokens <= 4_000 and budget.refused > 0
+    assert any(r.ok for r in results) and any(not r.ok for r in results)
+    spent = sum(t.usage.total_tokens for r in results for t in r.traces if t.kind.value == "model" and t.ok)
+    assert spent == budget.tokens
