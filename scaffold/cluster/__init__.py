@@ -15,5 +15,14 @@ Example:
 """
 
 from scaffold.cluster._cluster import Cluster
+from scaffold.cluster._engines import EnginePool, EngineReplica, ReplicaStats, pick_replica
 
-__all__ = ["Cluster"]
+__all__ = [
+    # running a job on a cluster
+    "Cluster",
+    # replicated local engines
+    "EnginePool",
+    "EngineReplica",
+    "ReplicaStats",
+    "pick_replica",
+]
