@@ -113,7 +113,8 @@ def test_a_cluster_evaluation_equals_the_single_process_one_row_for_row(kind: st
 
 def test_limits_hold_across_four_workers_at_the_server(tmp_path: Path) -> None:
     """max_in_flight=3 and 1,200 requests/min over 4 workers: the server never sees more, and the limit binds."""
-    with OpenAIServer(policy=served, api_key=KEY, latency=0.03) as server:
+    # 0.1 s a request: the first second's burst meets the in-flight limit whichever worker starts first
+    with OpenAIServer(policy=served, api_key=KEY, latency=0.1) as server:
         per_row = requests_per_row(server)
         model = http_model(server, max_in_flight=3, requests_per_minute=1200)
         results = rsa().map_sync(rows(20), models={"solver": model}, concurrency=4, seed=0,

@@ -150,7 +150,7 @@ def test_a_backend_that_cannot_be_sent_to_workers_is_named() -> None:
     import threading
 
     import scaffold as sf
-    from scaffold.cluster._map import _plan_models
+    from scaffold.cluster._worker import plan_models
     from scaffold.testing import ScriptedBackend
 
     class Local:
@@ -163,4 +163,4 @@ def test_a_backend_that_cannot_be_sent_to_workers_is_named() -> None:
             raise NotImplementedError
 
     with pytest.raises(ClusterError, match="'solver'.*Local.*cannot be sent"):
-        _plan_models({"solver": sf.Model(Local())})
+        plan_models({"solver": sf.Model(Local())})
