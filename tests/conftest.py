@@ -90,6 +90,16 @@ def pocket_quick(pocket_quick_build: tuple[Path, str]) -> Any:
 
 
 @pytest.fixture(scope="session")
+def grpo_learning(pocket_quick: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The CI learning run on the quick pocket model, local loop (``helpers.grpo_learning_run``), once per session:
+    the local learning test checks its margin and the distributed one compares with it."""
+    from helpers import grpo_learning_run
+
+    path, _ = pocket_quick
+    return grpo_learning_run(path, log_path=str(tmp_path_factory.mktemp("grpo") / "log.jsonl"))
+
+
+@pytest.fixture(scope="session")
 def pocket_default(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The default pocket model (``PocketConfig()``, what ``pocket_model()`` builds), trained once per session.
 

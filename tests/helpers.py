@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import graphs
 import scaffold as sf
-from scaffold._types import Request
+from scaffold._types import Completion, Request, Usage
+from scaffold.testing import ScriptedBackend
 
 rsa = graphs.rsa
 """Recursive Self-Aggregation (``graphs.rsa``, the paper's defaults N=16, K=4, T=10), the topology most tests use:
@@ -58,3 +60,70 @@ def peak_in_flight(served) -> int:
         level += delta
         peak = max(peak, level)
     return peak
+
+
+class ScriptedEngine(ScriptedBackend):
+    """A rollout engine without a model: answers 0, 1 or 2 by the call's seed, with token ids and logprobs.
+
+    It takes weight updates as a real engine does: ``update_weights`` keeps the version and a checksum
+    of the tensors, and every completion records both (``weight_versions``, ``weights_sum``), so a test
+    can check which weights each rollout saw. ``delay`` slows every call (seconds).
+    """
+
+    def __init__(self, model_dir: str = "", *, delay: float = 0.0) -> None:
+        super().__init__(self.answer, delay=delay)
+        self.weights_version = 0
+        self.weights_sum = 0.0
+
+    def answer(self, request: Request) -> Completion:
+        seed = request.seed or 0
+        token_ids = (30 + seed % 7, 40 + seed % 5, 50 + seed % 3, 60)
+        return Completion(text=f"so \\boxed{{{seed % 3}}}", token_ids=token_ids, logprobs=(-1.5, -1.0, -0.5, -0.25),
+                          usage=Usage(prompt_tokens=10, completion_tokens=len(token_ids)),
+                          metadata={"weight_versions": ((str(self.weights_version), 0, len(token_ids)),),
+                                    "weights_sum": self.weights_sum})
+
+    def update_weights(self, weights: Any, *, version: int | None = None) -> int:
+        items = list(weights.items()) if hasattr(weights, "items") else list(weights)
+        if items:
+            self.weights_sum = round(sum(float(t.double().sum()) for _, t in items), 6)
+        self.weights_version = self.weights_version + 1 if version is None else version
+        return self.weights_version
+
+
+def no_weights_engine(model_dir: str) -> ScriptedBackend:
+    """A rollout engine that cannot take new weights (no ``update_weights``)."""
+    return ScriptedBackend(lambda request: boxed(1))
+
+
+SAMPLING = {"temperature": 1.0, "max_tokens": 40}
+"""How the trainer tests sample the pocket model."""
+
+
+def held_out_reward(policy: Any, graph: sf.Graph, rows: list[dict[str, str]], seed: int) -> float:
+    """Mean math reward of every model trace of ``graph`` over ``rows``, with the policy's current weights."""
+    model = sf.Model(policy.backend(max_new_tokens=40), params=SAMPLING)
+    results = graph.map_sync([{"problem": r["problem"]} for r in rows], models={"solver": model}, store=None,
+                             seed=seed, concurrency=len(rows))
+    rewards = [float(sf.equivalent(t.answer, rows[r.index or 0]["answer"]))
+               for r in results for t in r.traces if t.kind is sf.TraceKind.MODEL]
+    return sum(rewards) / len(rewards)
+
+
+def grpo_learning_run(model_dir: Any, log_path: str | None = None, **train_options: Any) -> dict[str, Any]:
+    """The CI learning run: 20 GRPO steps (16 problems, 8 samples, lr 1e-4) of a pocket model, with the held-out
+    reward (64 problems, every sample) before and after; ``train_options`` go to ``train_online`` (``cluster=``)."""
+    from scaffold.pocket import SOLVE_PROMPT, pocket_task
+    from trainers.loop import LoopConfig, train_online
+    from trainers.policy import Policy, PolicyConfig
+
+    task = pocket_task(model_dir)
+    graph = graphs.grpo_group.build(n=8, prompt=SOLVE_PROMPT)
+    held_out = task.problems(64, seed=9, split="test")
+    policy = Policy(model_dir, PolicyConfig(lr=1e-4, seed=0))
+    before = held_out_reward(policy, graph, held_out, seed=1)
+    config = LoopConfig(steps=20, problems_per_step=16, scheme="grpo", seed=0, sampling=SAMPLING, log_path=log_path)
+    history = train_online(policy, graph, task.problems(1000, seed=3, split="train"), config, progress=False,
+                           **{"store": None, **train_options})
+    after = held_out_reward(policy, graph, held_out, seed=1)
+    return {"before": before, "after": after, "history": history, "steps_done": policy.steps_done, "log": log_path}

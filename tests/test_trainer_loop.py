@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import SAMPLING
 
 import graphs
 import scaffold as sf
@@ -20,20 +21,10 @@ from trainers.loop import LoopConfig, batches, train_offline, train_online
 from trainers.policy import Policy, PolicyConfig
 from trainers.recipes import recipe
 from trainers.types import Credited, StepMetrics
+from trainers.weights import rollout_version
 
 ROOT = Path(__file__).resolve().parent.parent
 POCKET = {"prompt": SOLVE_PROMPT, "aggregate_prompt": AGGREGATE_PROMPT}
-SAMPLING = {"temperature": 1.0, "max_tokens": 40}
-
-
-def held_out_reward(policy: Policy, graph: sf.Graph, rows: list[dict[str, str]], seed: int) -> float:
-    """Mean math reward of every model trace of ``graph`` over ``rows``, with the policy's current weights."""
-    model = sf.Model(policy.backend(max_new_tokens=40), params=SAMPLING)
-    results = graph.map_sync([{"problem": r["problem"]} for r in rows], models={"solver": model}, store=None,
-                             seed=seed, concurrency=len(rows))
-    rewards = [float(sf.equivalent(t.answer, rows[r.index or 0]["answer"]))
-               for r in results for t in r.traces if t.kind is sf.TraceKind.MODEL]
-    return sum(rewards) / len(rewards)
 
 
 def scripted_answer(request: sf.Request) -> sf.Completion:
@@ -148,21 +139,12 @@ def test_batches_cycle_through_every_row_in_a_seeded_order() -> None:
 
 
 @pytest.mark.slow
-def test_grpo_training_raises_held_out_reward_of_its_topology(pocket_quick: tuple[Path, Any], tmp_path: Path) -> None:
+def test_grpo_training_raises_held_out_reward_of_its_topology(grpo_learning: dict[str, Any]) -> None:
     """Acceptance: 20 GRPO steps on the quick pocket model raise held-out reward by at least 0.04 (measured +0.09)."""
-    path, _ = pocket_quick
-    task = pocket_task(path)
-    graph = graphs.grpo_group.build(n=8, prompt=SOLVE_PROMPT)
-    held_out = task.problems(64, seed=9, split="test")
-    policy = Policy(path, PolicyConfig(lr=1e-4, seed=0))
-    before = held_out_reward(policy, graph, held_out, seed=1)
-    history = train_online(policy, graph, task.problems(1000, seed=3, split="train"),
-                           LoopConfig(steps=20, problems_per_step=16, scheme="grpo", seed=0, sampling=SAMPLING,
-                                      log_path=str(tmp_path / "log.jsonl")), store=None, progress=False)
-    after = held_out_reward(policy, graph, held_out, seed=1)
-    assert len(history) == 20 and policy.steps_done == 20
+    before, after, history = grpo_learning["before"], grpo_learning["after"], grpo_learning["history"]
+    assert len(history) == 20 and grpo_learning["steps_done"] == 20
     assert after >= before + 0.04, (before, after, [round(m.reward_mean or 0, 3) for m in history])
-    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in Path(grpo_learning["log"]).read_text().splitlines()]
     assert [line["step"] for line in lines] == [m.step for m in history]
     assert all({"loss", "reward_mean", "accuracy", "entropy", "tokens_per_s"} <= set(line) for line in lines)
 
@@ -203,7 +185,8 @@ def test_spiral_training_raises_the_quick_models_own_aggregation(pocket_quick: t
 @pytest.mark.slow
 def test_online_rollouts_and_rewards_are_recorded_and_a_checkpoint_resumes(pocket_quick: tuple[Path, Any],
                                                                            tmp_path: Path) -> None:
-    """Every rollout lands in the store with a reward per model call; a resumed run continues at its step."""
+    """Every rollout lands in the store with a reward per model call and the policy version that sampled it
+    (``{run_name}-{step}-{i}``); a resumed run continues at its step under the name kept in its checkpoint."""
     path, _ = pocket_quick
     task = pocket_task(path)
     rows = task.problems(40, seed=4, split="train")
@@ -224,7 +207,11 @@ def test_online_rollouts_and_rewards_are_recorded_and_a_checkpoint_resumes(pocke
     more = train_online(resumed, graph, rows, LoopConfig(**{**config.__dict__, "steps": 3}), store=store,
                         progress=False)
     assert [m.step for m in more] == [3] and resumed.steps_done == 3
-    assert len(store.runs(dataset="pocket-train")) == 3 * 3
+    runs = store.runs(dataset="pocket-train")
+    assert len(runs) == 3 * 3 and len({run.id.rsplit("-", 2)[0] for run in runs}) == 1
+    for run in runs:
+        step = int(run.id.rsplit("-", 2)[1])
+        assert {rollout_version(t) for t in store.traces(run.id) if t.kind is sf.TraceKind.MODEL} == {step}
     store.close()
 
 

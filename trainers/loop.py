@@ -26,18 +26,25 @@ import json
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import scaffold as sf
 from scaffold.store import DEFAULT, resolve_store
 from trainers.credit import agglm_select, assign_credit
 from trainers.rewards import math_reward, rewards_from
 from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy
+from trainers.weights import rollout_version
+
+if TYPE_CHECKING:
+    from trainers.distributed import RolloutCluster
 
 Reward = Callable[[sf.Trace, str], float]
+LOOP_FILE = "loop.json"
+"""Beside a checkpoint: the loop's own state (the name its rollouts are recorded under)."""
 """``reward(trace, reference_answer) -> float``."""
 _Row = TypeVar("_Row")
 
@@ -73,6 +80,9 @@ class LoopConfig:
     """The dataset name rollouts are recorded under."""
     token_budget: int | None = None
     """Stop once the rollouts have sampled this many completion tokens (methods compared at equal budget)."""
+    run_name: str | None = None
+    """Rollouts of step ``s`` are recorded as runs ``{run_name}-{s}-{i}``. ``None``: a fresh name per training,
+    kept in the checkpoint, so a resumed training reuses the recorded calls of a step it had not finished."""
 
 
 def batches(rows: Sequence[_Row], size: int, seed: int) -> Iterator[list[_Row]]:
@@ -98,6 +108,28 @@ def batches(rows: Sequence[_Row], size: int, seed: int) -> Iterator[list[_Row]]:
         yield batch
 
 
+def rollout_seed(config: LoopConfig, step: int) -> int:
+    """The seed of step ``step``'s rollouts (row ``i`` of the step runs with this plus ``i``).
+
+    Example:
+        >>> rollout_seed(LoopConfig(seed=1), 2)
+        1000005
+    """
+    return config.seed * 1_000_003 + step
+
+
+def run_name(config: LoopConfig, steps_done: int) -> str:
+    """The name a training records its rollouts under: ``config.run_name``; for a resumed policy, the one kept in
+    its checkpoint (``config.checkpoint_dir``); else a fresh one."""
+    if config.run_name:
+        return config.run_name
+    if config.checkpoint_dir and steps_done > 0:
+        kept = Path(config.checkpoint_dir) / LOOP_FILE
+        if kept.exists():
+            return str(json.loads(kept.read_text())["run_name"])
+    return f"train-{uuid.uuid4().hex[:12]}"
+
+
 def credit_runs(
     runs: Sequence[tuple[Sequence[sf.Trace], Mapping[str, float], str | None]],
     config: LoopConfig,
@@ -106,12 +138,15 @@ def credit_runs(
 ) -> list[Credited]:
     """Step 4 over a :class:`~trainers.types.RewardedRun` (or plain tuple) per run: credit, roles, AggLM selection.
 
-    The reference answer is only read by the AggLM selection (``config.easy_fraction``), which
-    needs it to tell hard sets from easy ones.
+    Each run's credited traces are ordered by node and index, whatever order its calls finished in, so
+    an update does not depend on timing. The reference answer is only read by the AggLM selection
+    (``config.easy_fraction``), which needs it to tell hard sets from easy ones.
     """
     items: list[Credited] = []
     for traces, rewards, answer in runs:
         credited = [c for c in assign_credit(traces, rewards, scheme=config.scheme) if c.role in config.roles]
+        # a run's traces arrive in the order its calls finished (or were reused on resume): fix one order
+        credited.sort(key=lambda c: (c.trace.node, c.trace.index))
         if config.easy_fraction is not None:
             if answer is None:
                 raise ValueError("the AggLM selection (easy_fraction) needs each run's reference answer")
@@ -139,20 +174,32 @@ def _agglm_filter(traces: Sequence[sf.Trace], answer: str, credited: list[Credit
 
 
 def train_step(
-    policy: TrainablePolicy, runs: Sequence[RewardedRun], config: LoopConfig, *, rng: random.Random | None = None
+    policy: TrainablePolicy, runs: Sequence[RewardedRun], config: LoopConfig, *, rng: random.Random | None = None,
+    min_version: int | None = None,
 ) -> tuple[StepMetrics, list[Credited]]:
-    """Steps 4–5 of either loop: credit the rewarded runs, then update the policy once.
+    """Steps 4–5 of every loop: credit the rewarded runs, then update the policy once.
 
     Returns the update's metrics, ``reward_mean`` set to the mean of every reward of the runs, and
     the credited traces it trained on. ``rng`` drives the AggLM selection (``config.easy_fraction``);
-    the loops pass one generator, seeded with ``config.seed``, to every step.
+    the loops pass one generator, seeded with ``config.seed``, to every step. With ``min_version``
+    (asynchronous rollouts), credited traces sampled by an older policy version
+    (:func:`~trainers.weights.rollout_version`) are dropped after credit is assigned: their runs'
+    rewards still shape the others' advantages, but they are too stale to train on
+    (``extra["stale_dropped"]`` counts them).
 
     Example:
         >>> metrics, items = train_step(policy, [RewardedRun(traces, rewards, "4")], LoopConfig())  # doctest: +SKIP
     """
     items = credit_runs(runs, config, rng=rng)
+    dropped = 0
+    if min_version is not None:
+        fresh = [c for c in items if (version := rollout_version(c.trace)) is None or version >= min_version]
+        dropped, items = len(items) - len(fresh), fresh
     metrics = policy.step(items)
-    return _with(metrics, reward_mean=_mean([value for run in runs for value in run.rewards.values()])), items
+    metrics = _with(metrics, reward_mean=_mean([value for run in runs for value in run.rewards.values()]))
+    if min_version is not None:
+        metrics = _with(metrics, extra={**dict(metrics.extra), "stale_dropped": dropped})
+    return metrics, items
 
 
 def train_online(
@@ -167,21 +214,36 @@ def train_online(
     progress: bool = True,
     on_step: Callable[[StepMetrics], None] | None = None,
     until: Callable[[Sequence[StepMetrics]], bool] | None = None,
+    cluster: RolloutCluster | None = None,
 ) -> list[StepMetrics]:
     """Train ``policy`` on its own rollouts of ``graph`` over ``rows`` (dicts with ``problem`` and ``answer``).
 
     ``engine`` is the rollout backend (default: ``policy.backend()``, which shares the live
     weights; a separate engine such as :class:`~scaffold.VLLMBackend` is refreshed after every
-    update). Every rollout is recorded in ``store`` with its rewards. ``on_step`` sees each step's
-    metrics; ``until(history)`` returning true ends training after that step (besides
-    ``config.steps`` and ``config.token_budget``). Returns the step metrics.
+    update). Every rollout is recorded in ``store`` with its rewards, and each of its calls with
+    the policy version that sampled it. ``on_step`` sees each step's metrics; ``until(history)``
+    returning true ends training after that step (besides ``config.steps`` and
+    ``config.token_budget``). Returns the step metrics.
+
+    With ``cluster`` (a :class:`~trainers.distributed.RolloutCluster`) the rollouts run on Ray workers,
+    each with its own engine that gets the new weights after every update, optionally with rollouts
+    up to ``cluster.max_lag`` versions ahead (see :mod:`trainers.distributed`); the steps are the same.
 
     Example:
         >>> from trainers import Policy, train_online  # doctest: +SKIP
         >>> policy = Policy("path/to/pocket")  # doctest: +SKIP
         >>> train_online(policy, graphs.spiral.build(), rows, LoopConfig(steps=20))  # doctest: +SKIP
+        >>> train_online(policy, graph, rows, config, cluster=RolloutCluster(workers=2))  # doctest: +SKIP
     """
     config = config or LoopConfig()
+    if cluster is not None:
+        if engine is not None:
+            raise ValueError("engine= is the rollout backend of local training; on a cluster each worker builds "
+                             "its own (RolloutCluster.engine)")
+        from trainers.distributed import train_on_cluster
+
+        return train_on_cluster(policy, graph, rows, config, cluster, reward=reward, store=store, progress=progress,
+                                on_step=on_step, until=until)
     engine = engine if engine is not None else policy.backend()
     model = sf.Model(engine, params=dict(config.sampling))
     models = {alias: model for alias in graph.aliases}
@@ -191,7 +253,10 @@ def train_online(
     start = policy.steps_done
     for _ in range(start):  # a resumed run continues with the batches it had not seen
         next(feed)
-    journal = _Journal(policy, config, start=start, progress=progress, on_step=on_step)
+    name = run_name(config, start)
+    journal = _Journal(policy, config, start=start, progress=progress, on_step=on_step, run_name=name)
+    if start:
+        policy.refresh(engine)  # a resumed policy's weights (and version) reach a separate engine first
     sampled = 0
     for step in range(start, config.steps):
         if config.token_budget is not None and sampled >= config.token_budget:
@@ -200,8 +265,8 @@ def train_online(
         batch = next(feed)
         started = time.perf_counter()
         results = graph.map_sync([{"problem": row["problem"]} for row in batch], models=models,
-                                 concurrency=config.concurrency, seed=config.seed * 1_000_003 + step,
-                                 store=recorder, dataset=config.dataset)
+                                 concurrency=config.concurrency, seed=rollout_seed(config, step),
+                                 store=recorder, dataset=config.dataset, run_id=f"{name}-{step}")
         rollout_s = time.perf_counter() - started
         sampled += sum(r.usage.completion_tokens for r in results)
         # 3) rewards, recorded
@@ -309,8 +374,8 @@ class _Journal:
     bar; a checkpoint every ``config.checkpoint_every`` steps and one at the end (with ``config.checkpoint_dir``)."""
 
     def __init__(self, policy: TrainablePolicy, config: LoopConfig, *, start: int, progress: bool,
-                 on_step: Callable[[StepMetrics], None] | None = None) -> None:
-        self.policy, self.config, self.on_step = policy, config, on_step
+                 on_step: Callable[[StepMetrics], None] | None = None, run_name: str | None = None) -> None:
+        self.policy, self.config, self.on_step, self.run_name = policy, config, on_step, run_name
         self.log = Path(config.log_path) if config.log_path else None
         self.bar = _progress(progress, config.steps, start)
         self.history: list[StepMetrics] = []
@@ -327,15 +392,20 @@ class _Journal:
                                  loss=f"{metrics.loss:.4f}")
         every, directory = self.config.checkpoint_every, self.config.checkpoint_dir
         if directory and every and (step + 1) % every == 0:
-            self.policy.save(directory)
+            self._save(directory)
         return self.history
+
+    def _save(self, directory: str) -> None:
+        self.policy.save(directory)
+        if self.run_name is not None:
+            (Path(directory) / LOOP_FILE).write_text(json.dumps({"run_name": self.run_name}))
 
     def close(self) -> list[StepMetrics]:
         """Close the progress bar, save the final checkpoint; returns the history."""
         if self.bar is not None:
             self.bar.close()
         if self.config.checkpoint_dir:
-            self.policy.save(self.config.checkpoint_dir)
+            self._save(self.config.checkpoint_dir)
         return self.history
 
 

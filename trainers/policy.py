@@ -310,9 +310,11 @@ class Policy:
         return merged
 
     def refresh(self, backend: Any, *, merge: bool | None = None) -> None:
-        """Bring a separate rollout engine up to the current weights (nothing to do for :meth:`backend`'s).
+        """Bring a separate rollout engine up to the current weights (nothing to copy for :meth:`backend`'s).
 
-        A :class:`~scaffold.TransformersBackend` over another model object gets the merged weights
+        The engine's ``weights_version`` becomes :attr:`steps_done`, so every completion it samples from
+        now on records (``metadata["weight_versions"]``) the policy version that produced it. A
+        :class:`~scaffold.TransformersBackend` over another model object gets the merged weights
         copied in. A ``VLLMBackend`` gets, for a LoRA policy on an engine built with ``enable_lora``,
         the adapter (saved to a private directory, loaded under the name ``"policy"`` and made
         active); otherwise, or with ``merge=True``, the merged weights through ``update_weights``.
@@ -320,15 +322,16 @@ class Policy:
         from scaffold.backends._transformers import TransformersBackend
 
         if isinstance(backend, TransformersBackend):
-            if backend.model is not self.model:
-                backend.model.load_state_dict(self.merged_weights())
+            # the live backend shares the weights: only its version label moves (what its completions record)
+            backend.update_weights(self.merged_weights() if backend.model is not self.model else [],
+                                   version=self.steps_done)
             return
         if not hasattr(backend, "update_weights"):
             raise TypeError(f"cannot refresh a {type(backend).__name__}: it has no update_weights")
         if merge is None:
             merge = self.config.lora is None or not getattr(backend, "enable_lora", False)
         if merge:
-            backend.update_weights(self.merged_weights())
+            backend.update_weights(self.merged_weights(), version=self.steps_done)
             return
         if self.config.lora is None:
             raise ValueError("merge=False needs a LoRA policy")
@@ -337,6 +340,7 @@ class Policy:
             weakref.finalize(self, shutil.rmtree, self._adapter_dir, ignore_errors=True)
         self.model.save_pretrained(self._adapter_dir)
         backend.load_lora(self._adapter_dir, "policy")
+        backend.update_weights([], version=self.steps_done)
 
     def export(self, directory: str | os.PathLike[str]) -> Path:
         """Save the trained model (LoRA merged) and its tokenizer with ``save_pretrained``, for vLLM or transformers."""

@@ -36,7 +36,7 @@ import secrets
 import threading
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -132,6 +132,8 @@ class _Row:
     seed: int
     stream: RowStream | None = None
     """Where this choice's deltas go, when it is streamed."""
+    weights_version: int = 0
+    """The backend's :attr:`~TransformersBackend.weights_version` when its batch ran."""
 
 
 @dataclass
@@ -209,6 +211,8 @@ class TransformersBackend:
         """Sequences (choices) generated so far."""
         self.peak_batch_size = 0
         """Most sequences in one batch so far."""
+        self.weights_version = 0
+        """How many times :meth:`update_weights` has changed the weights (or the version it was last given)."""
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         """Token ids that end a sequence."""
         self.pad_id = next(i for i in (self.tokenizer.pad_token_id, *sorted(self.eos_ids), 0) if i is not None)
@@ -261,6 +265,42 @@ class TransformersBackend:
         if queue.task is None:
             queue.task = loop.create_task(self._drain(queue))
         return job
+
+    def update_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], *,
+                       version: int | None = None) -> int:
+        """Copy new weights into the model between two batches and return the new :attr:`weights_version`.
+
+        ``weights`` are names of :meth:`model.state_dict` and tensors (a subset is fine; any device or
+        dtype: each is copied into its parameter in place). ``version`` labels the new weights (default:
+        the current version plus one); a trainer passes its step count. The copy waits for the running
+        batch and runs before the next one, so every completion comes from one version, which its
+        ``metadata["weight_versions"]`` names (``((version, 0, len(token_ids)),)``, as
+        :class:`~scaffold.VLLMBackend` reports). Blocks until done: from async code, use
+        ``await asyncio.to_thread(backend.update_weights, weights)``. Unknown names and wrong shapes raise
+        ``ValueError`` before anything changes.
+        """
+        torch, _ = _require_torch()
+        items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+        state = self.model.state_dict()
+        unknown = sorted(str(name) for name, _ in items if name not in state)
+        if unknown:
+            raise ValueError(f"{self.name} has no weights named {unknown[:4]}{' ...' if len(unknown) > 4 else ''}")
+        wrong = [f"{name}: {tuple(tensor.shape)} != {tuple(state[name].shape)}" for name, tensor in items
+                 if tuple(tensor.shape) != tuple(state[name].shape)]
+        if wrong:
+            raise ValueError(f"weights of the wrong shape for {self.name}: {wrong[:4]}")
+        if self._closed:
+            raise BackendError("the TransformersBackend is closed")
+        new = self.weights_version + 1 if version is None else int(version)
+
+        def load() -> None:
+            with torch.no_grad():
+                for name, tensor in items:
+                    state[name].copy_(tensor)
+            self.weights_version = new
+
+        self._executor.submit(load).result()
+        return new
 
     def _stop_strings(self, request: Request) -> tuple[str, ...]:
         return parse_sampling(request, self.max_new_tokens).stop
@@ -316,11 +356,14 @@ class TransformersBackend:
             finish_reason=output.finish_reason,
             cost=None,
             model=self.name,
+            metadata={"weight_versions": ((str(row.weights_version), 0, len(output.token_ids)),)},
         )
 
     def _generate(self, rows: list[_Row]) -> list[Output]:
         """Generate every row of one batch (worker thread)."""
         torch, _ = _require_torch()
+        for row in rows:  # update_weights runs on this thread too: the version cannot change under the batch
+            row.weights_version = self.weights_version
         self.batches += 1
         self.sequences += len(rows)
         self.peak_batch_size = max(self.peak_batch_size, len(rows))

@@ -214,8 +214,13 @@ class VLLMBackend:
             raise ValueError(f"no LoRA adapter named {name!r}; loaded: {sorted(self._adapters)}")
         self._active_lora = name
 
-    def update_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> int:
+    def update_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], *,
+                       version: int | None = None) -> int:
         """Copy new base weights into the engine in place and return the new :attr:`weights_version`.
+
+        ``version`` labels the new weights (default: the current version plus one; a trainer passes its
+        step count). With no weights, only the label changes (a LoRA adapter loaded by :meth:`load_lora`
+        gets its version this way).
 
         ``weights`` are Hugging Face names and tensors (``model.state_dict()``, ``named_parameters()``
         of the trained model), any dtype or device. A subset is fine, as long as it covers whole
@@ -230,11 +235,12 @@ class VLLMBackend:
         """
         items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
         named = [(str(name), tensor.detach()) for name, tensor in items]
-        version = self.weights_version + 1
+        version = self.weights_version + 1 if version is None else int(version)
 
         def load(engine: Any) -> None:
-            engine.collective_rpc(reload_worker_weights, args=(named,))
-            engine.reset_prefix_cache(reset_running_requests=True)
+            if named:
+                engine.collective_rpc(reload_worker_weights, args=(named,))
+                engine.reset_prefix_cache(reset_running_requests=True)
             engine.set_weight_version(str(version))
 
         self._call(load)

@@ -237,6 +237,12 @@ class Dispatcher:
                     self.workers.lost(slot)
         return self.finished.popleft()
 
+    async def wait_for_rows(self) -> None:
+        """Return once a row is queued or running (at once if one is)."""
+        while not self.pending and not self.running:
+            self._wake.clear()
+            await self._wake.wait()
+
     def cancel(self) -> None:
         """Stop waiting for the rows in flight (their workers finish them unobserved)."""
         for future in self.running:

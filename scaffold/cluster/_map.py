@@ -2,9 +2,10 @@
 
 The driver reads rows lazily and keeps at most ``concurrency`` of them in flight per worker,
 handing the next row to whichever worker has a free place, so fast workers take more (a pull by
-free places: nothing is assigned ahead; :mod:`scaffold.cluster._jobs`). Each worker (``RowWorker``) runs ``Graph.run`` on
-its rows with the async executor, its models rebuilt from the driver's (same backends, same
-parameters) and their limits leased from one :class:`~scaffold.cluster._limits.LimitsCoordinator`.
+free places: nothing is assigned ahead; see :mod:`scaffold.cluster._jobs`). Each worker
+(``RowWorker``) runs ``Graph.run`` on its rows with the async executor, its models rebuilt from
+the driver's (same backends, same parameters) and their limits leased from one
+:class:`~scaffold.cluster._limits.LimitsCoordinator`.
 
 Every row has its run id fixed by the driver before it is sent (``{run_id}-{i}``, or a fresh id).
 When a worker dies, its rows go back to the front of the queue and run again *under the same
