@@ -264,3 +264,36 @@ def test_module_imports_without_torch_and_asks_for_the_train_extra(monkeypatch: 
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ImportError, match=r"scaffold-sdk\[train\]"):
         TransformersBackend("any-model")
+
+
+def test_update_weights_waits_for_the_running_batch_and_labels_later_completions(tiny_model_dir: Any) -> None:
+    """New weights land between batches: a batch running during the update keeps the old version's label and
+    tokens, the next one has the new label and the new weights' logprobs; bad names or shapes change nothing."""
+    engine = TransformersBackend(tiny_model_dir)
+    try:
+        request = chat(max_tokens=24, temperature=0, logprobs=True)
+        before = complete(engine, request)[0]
+        name = "model.layers.0.mlp.down_proj.weight"
+        original = engine.model.state_dict()[name].clone()
+        with pytest.raises(ValueError, match="no weights named"):
+            engine.update_weights({"not.a.weight": original})
+        with pytest.raises(ValueError, match="wrong shape"):
+            engine.update_weights({name: original[:1]})
+        assert engine.weights_version == 0 and torch.equal(engine.model.state_dict()[name], original)
+
+        async def update_while_running() -> tuple[Completion, int, Completion]:
+            running = asyncio.ensure_future(engine.complete(request))
+            while engine.batches == 1:  # the second batch (this request's) has started
+                await asyncio.sleep(0.001)
+            version = await asyncio.to_thread(engine.update_weights, {name: original * 3}, version=7)
+            return (await running)[0], version, (await engine.complete(request))[0]
+
+        during, version, after = asyncio.run(update_while_running())
+        assert version == 7 == engine.weights_version
+        assert during.metadata["weight_versions"] == (("0", 0, len(during.token_ids)),)
+        assert during.token_ids == before.token_ids and during.logprobs == before.logprobs
+        assert after.metadata["weight_versions"] == (("7", 0, len(after.token_ids)),)
+        assert after.logprobs != before.logprobs
+        assert engine.update_weights([]) == 8  # no weights: only the label moves
+    finally:
+        engine.close()

@@ -1,7 +1,8 @@
 """Training on recorded traces: reward → credit → batch → update, as small functions and one loop.
 
 Credit assignment (:mod:`trainers.credit`) and rewards (:mod:`trainers.rewards`) are pure Python
-and import no torch.
+and import no torch. :mod:`trainers.distributed` runs the same loop with its rollouts on Ray workers
+(``train_online(..., cluster=RolloutCluster(workers=2))``).
 """
 
 from trainers.batch import collate, prompt_ids
@@ -22,11 +23,13 @@ from trainers.credit import (
     spiral_set_advantages,
     trainable,
 )
-from trainers.loop import LoopConfig, batches, credit_runs, train_offline, train_online, train_step
+from trainers.distributed import RolloutCluster
+from trainers.loop import LoopConfig, batches, credit_runs, rollout_seed, train_offline, train_online, train_step
 from trainers.loss import policy_loss, token_logprobs
 from trainers.policy import LoraSettings, Policy, PolicyConfig
 from trainers.rewards import RewardFn, math_reward, rewards_from
 from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy, TrainBatch
+from trainers.weights import WeightUpdate, apply_update, rollout_version, weight_update
 
 __all__ = [
     # records
@@ -73,4 +76,11 @@ __all__ = [
     "train_step",
     "credit_runs",
     "batches",
+    "rollout_seed",
+    # training on a Ray cluster, weight sync
+    "RolloutCluster",
+    "WeightUpdate",
+    "weight_update",
+    "apply_update",
+    "rollout_version",
 ]
