@@ -47,7 +47,10 @@ plan (``--fresh`` retrains everything).
 full run chose, :data:`QUICK_LRS`), a smaller budget and 100 held-out problems, and prints its
 intervals too (over problems only). On a GPU, ``--device cuda --engine vllm`` trains on the GPU and
 rolls out with an in-process vLLM engine refreshed after every update
-(``examples/gpu/train_spiral_gpu.sh``).
+(``examples/gpu/train_spiral_gpu.sh``). ``--workers N`` rolls out on N Ray workers instead, each with
+its own engine (``--gpu-share`` of a GPU for each vLLM replica) that gets the new weights after every
+update (``trainers.distributed``; ``examples/gpu/train_spiral_distributed.sh``); at lag 0 the results
+are those of the single-process run.
 
 Ends with one JSON line: ``bench``, ``results`` / ``results_equal_steps`` (method → ``before`` /
 ``after`` → metric → mean over seeds), ``ci95`` / ``ci95_equal_steps`` (the same shape, half-widths),
@@ -60,6 +63,7 @@ validation figures; ``start`` the base model's), ``zero_advantage`` (method → 
 
 Usage: python examples/train_spiral.py [--quick] [--seeds 0 1 2] [--lrs 1e-4 3e-4 1e-3] [--budget TOKENS]
        [--equal-steps N] [--methods ...] [--pocket-dir DIR] [--out DIR] [--fresh] [--device cpu|cuda] [--engine ...]
+       [--workers N] [--gpu-share FRACTION]
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ from train_spiral_report import Run, differences, means, plot, role_stats, summa
 import scaffold as sf  # noqa: E402
 from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, load_report, pocket_model, pocket_task  # noqa: E402
 from scaffold.pocket._evaluate import score_pocket  # noqa: E402
+from trainers.distributed import RolloutCluster  # noqa: E402
 from trainers.loop import LoopConfig, train_online  # noqa: E402
 from trainers.policy import Policy, PolicyConfig  # noqa: E402
 from trainers.recipes import ABLATIONS, METHODS, recipe  # noqa: E402
@@ -115,11 +120,25 @@ class Plan:
     out: Path
     eval_split: str = "test"
     resume: bool = True
+    workers: int = 0
+    """Rollout workers on Ray (0: rollouts in this process)."""
+    gpu_share: float = 0.0
+    """GPU fraction of each worker's vLLM replica."""
+
+    def cluster(self) -> RolloutCluster | None:
+        """Where the rollouts run: ``None`` (this process) or ``workers`` Ray workers with their own engines."""
+        if not self.workers:
+            return None
+        options: dict[str, Any] = {"max_model_len": 1024} if self.engine == "vllm" else {}
+        if self.engine == "vllm" and self.gpu_share:
+            options["engine_kwargs"] = {"gpu_memory_utilization": round(0.9 * self.gpu_share, 3)}
+        return RolloutCluster(workers=self.workers, engine=self.engine, engine_options=options,
+                              num_gpus=self.gpu_share if self.engine == "vllm" else 0.0)
 
     def key(self, base: Path, **more: Any) -> dict[str, Any]:
         """What a saved result depends on: a result saved under another key is recomputed, never reused."""
         fields = ("budget", "equal_steps", "problems_per_step", "eval_problems", "validation_problems",
-                  "aggregate_temperature", "micro_batch_size", "device", "engine", "eval_split")
+                  "aggregate_temperature", "micro_batch_size", "device", "engine", "eval_split", "workers")
         return {"base": str(base.resolve()), "eval_seed": EVAL_SEED, **{f: getattr(self, f) for f in fields}, **more}
 
 
@@ -166,7 +185,7 @@ def train_run(base: Path, method: str, seed: int, lr: float, rows: list[dict[str
               f"reward {metrics.reward_mean or 0:.3f}  {shown}", flush=True)
 
     run.history = train_online(policy, chosen.graph, rows, config, store=None, progress=False, engine=engine,
-                               on_step=keep, until=lambda history: len(run.at) == 2)
+                               on_step=keep, until=lambda history: len(run.at) == 2, cluster=plan.cluster())
     state = {"key": key, "history": [dataclasses.asdict(m) for m in run.history], "at": run.at}
     write_atomically(saved, lambda tmp: torch.save(state, tmp))
     return run
@@ -231,6 +250,8 @@ def parse() -> tuple[argparse.Namespace, Plan]:
     parser.add_argument("--device", default="cpu", help="where the policy trains (cuda on a GPU)")
     parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers",
                         help="rollouts: the policy's live weights in transformers, or a refreshed vLLM engine")
+    parser.add_argument("--workers", type=int, default=0, help="roll out on this many Ray workers (0: here)")
+    parser.add_argument("--gpu-share", type=float, default=0.0, help="GPU fraction of each worker's vLLM replica")
     args = parser.parse_args()
     quick = args.quick
     lrs = ({m: [QUICK_LRS.get(m, QUICK_LRS["spiral"])] for m in (*METHODS, *ABLATIONS)} if quick and not args.lrs
@@ -241,7 +262,7 @@ def parse() -> tuple[argparse.Namespace, Plan]:
                 eval_problems=args.eval_problems or (100 if quick else 200),
                 validation_problems=args.validation_problems, aggregate_temperature=args.aggregate_temperature,
                 micro_batch_size=args.micro_batch_size, device=args.device, engine=args.engine, out=args.out,
-                eval_split=args.eval_split, resume=not args.fresh)
+                eval_split=args.eval_split, resume=not args.fresh, workers=args.workers, gpu_share=args.gpu_share)
     return args, plan
 
 
@@ -265,7 +286,7 @@ def main() -> None:
     before = cached(plan.out / "start.held_out.json", plan.key(base), plan, lambda: evaluate(start, None, held_out))
     print("start (held-out): " + "  ".join(f"{m} {v:.3f}" for m, v in means(before).items())
           + f"  ({time.perf_counter() - clock:.0f} s to evaluate)", flush=True)
-    engine = sf.VLLMBackend(base, max_model_len=1024) if plan.engine == "vllm" else None
+    engine = sf.VLLMBackend(base, max_model_len=1024) if plan.engine == "vllm" and not plan.workers else None
 
     runs: list[Run] = []
     chosen: dict[str, float] = {}

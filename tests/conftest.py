@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from background_builds import Builds
 from helpers import boxed, numbered_script
 
 from scaffold.store import close_stores
@@ -59,9 +59,24 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
+BUILDS = Builds()
+"""The session's pocket builds, started in the background after collection (see ``background_builds``)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the pocket builds the collected tests will ask for, so they train while the first tests run."""
+    used = {name for item in items for name in getattr(item, "fixturenames", ())}
+    BUILDS.start(quick=bool(used & {"pocket_quick_build", "pocket_quick", "grpo_learning"}),
+                 default="pocket_default" in used)
+
+
+def pytest_sessionfinish() -> None:
+    BUILDS.close()
+
+
 @pytest.fixture(scope="session")
-def pocket_quick_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """``scaffold pocket build --quick --cache-dir CACHE`` into a fresh cache, once per session.
+def pocket_quick_build() -> tuple[Path, str]:
+    """``scaffold pocket build --quick --cache-dir CACHE`` into a fresh cache, once per session (in the background).
 
     Returns ``(CACHE, what the command printed)``. The command builds ``PocketConfig.quick()`` (portable
     arithmetic), the model :func:`pocket_quick` hands out; the CLI's own test reads this first build and
@@ -69,11 +84,9 @@ def pocket_quick_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     user. A test given ``SCAFFOLD_CACHE=CACHE`` finds it where ``pocket_model(config=PocketConfig.quick())``
     looks.
     """
-    cache = tmp_path_factory.mktemp("pocket-cache")
-    done = subprocess.run([sys.executable, "-m", "scaffold", "pocket", "build", "--quick", "--cache-dir", str(cache)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return cache, done.stdout
+    returncode, out, err = BUILDS.quick.result()
+    assert returncode == 0, err[-3000:]
+    return BUILDS.quick_cache, out
 
 
 @pytest.fixture(scope="session")
@@ -100,16 +113,17 @@ def grpo_learning(pocket_quick: tuple[Path, Any], tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="session")
-def pocket_default(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def pocket_default() -> Any:
     """The default pocket model (``PocketConfig()``, what ``pocket_model()`` builds), trained once per session.
 
-    About six minutes on two cores (portable arithmetic, in a child process); returns ``(directory, BuildReport)``.
+    About ten minutes on two cores (portable arithmetic, in a child process), in the background from the
+    start of the session; returns ``(directory, BuildReport)``.
     """
-    from scaffold.pocket import PocketConfig, build_pocket_model
+    from scaffold.pocket import BuildReport, load_report
 
-    path = tmp_path_factory.mktemp("pocket-default") / "model"
-    return path, build_pocket_model(path, PocketConfig(), progress=False)
-
+    returncode, _, err = BUILDS.default.result()
+    assert returncode == 0, err[-3000:]
+    return BUILDS.default_dir, BuildReport.from_dict(load_report(BUILDS.default_dir))
 
 
 @pytest.fixture

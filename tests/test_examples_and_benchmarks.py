@@ -135,3 +135,16 @@ def test_distributed_benchmark_ends_with_its_json_keys() -> None:
     assert figures["lost"] == 0 and figures["duplicated"] == 0
     assert all(figures[k] > 0 for k in keys if k.startswith("rows_per_s"))
     assert figures["limiter_us_per_call"] < 1000
+
+
+@pytest.mark.slow
+def test_distributed_training_benchmark_ends_with_its_json_keys(pocket_quick_build: tuple[Path, str]) -> None:
+    """benchmarks/distributed_training.py --quick (local, 1 and 2 Ray workers, LoRA sync) prints the issue's keys."""
+    cache, _ = pocket_quick_build
+    out = run("benchmarks/distributed_training.py", "--quick", env={"SCAFFOLD_CACHE": str(cache)})
+    figures = json.loads(out.strip().splitlines()[-1])
+    keys = ("rollout_tokens_per_s_local", "rollout_tokens_per_s_w1", "rollout_tokens_per_s_w2", "sync_ms_full",
+            "sync_ms_lora", "step_s_local", "step_s_w2")
+    assert figures["bench"] == "distributed_training"
+    assert all(figures[key] > 0 for key in keys), figures
+    assert 0 < figures["sync_bytes_lora"] < figures["sync_bytes_full"]

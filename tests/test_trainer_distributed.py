@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
@@ -270,3 +271,34 @@ def _kill_a_rollout_worker() -> int:
     victim = rollout_workers()[0]
     os.kill(victim.pid, signal.SIGKILL)
     return victim.pid
+
+
+@pytest.mark.slow
+def test_scaffold_train_with_ray_rolls_out_on_the_cluster(ray_local: str, pocket_quick: tuple[Path, Any],
+                                                          tmp_path: Path) -> None:
+    """`scaffold train --ray ADDRESS --workers 2`: two steps, a log line each, rollouts recorded with their version;
+    --ray with --offline is refused."""
+    import subprocess
+    import sys
+
+    path, _ = pocket_quick
+    root = Path(__file__).resolve().parent.parent
+    out, database = tmp_path / "out", tmp_path / "runs.db"
+    command = [sys.executable, "-m", "scaffold", "--store", str(database), "train", "--model", str(path),
+               "--prompts", "pocket", "--topology", "grpo", "--steps", "2", "--problems-per-step", "2", "--lr", "1e-4",
+               "--out", str(out), "--ray", ray_local, "--workers", "2"]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{i}+{i}", "answer": str(2 * i)}) + "\n" for i in range(4)))
+    done = subprocess.run([*command, "--data", str(data)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = (out / "log.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all('"sync_s"' in line for line in lines)
+    with sf.Store(database) as store:
+        runs = store.runs(limit=None)
+        assert len(runs) == 2 * 2
+        for run in runs:
+            step = int(run.id.rsplit("-", 2)[1])
+            assert {rollout_version(t) for t in store.traces(run.id) if t.kind is sf.TraceKind.MODEL} == {step}
+    refused = subprocess.run([sys.executable, "-m", "scaffold", "train", "--offline", "--ray"], cwd=root,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--offline" in refused.stderr

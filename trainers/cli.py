@@ -41,17 +41,29 @@ TOPOLOGIES = ("spiral", "spiral_rsa", "grpo", "agglm", "aggregator_only")
 @click.option("--graph", "graph_name", help="--offline: only runs of this graph.")
 @click.option("--dataset", help="--offline: only runs of this dataset.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Roll out on a Ray cluster: --ray alone starts (or joins) a local one, --ray auto or "
+                   "--ray ray://HOST:10001 joins a running one. The update runs here; weights reach the workers "
+                   "after every step.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Rollout workers (with --ray), each with its own engine.")
+@click.option("--engine", type=click.Choice(["transformers", "vllm"]), default="transformers", show_default=True,
+              help="Each worker's engine (with --ray).")
+@click.option("--max-lag", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --ray: let rollouts run this many policy versions ahead of the update (0: synchronous).")
 @click.pass_obj
 def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None, steps: int, problems_per_step: int,
           lr: float, lora_rank: int, kl_coef: float, prompts: str | None, out: Path, offline: bool,
-          graph_name: str | None, dataset: str | None, seed: int) -> None:
+          graph_name: str | None, dataset: str | None, seed: int, ray_address: str | None, workers: int, engine: str,
+          max_lag: int) -> None:
     """Train a local model with set-RL credit assignment on its own graph executions.
 
     Online (the default), each step rolls the topology out with the current weights on a batch of
     training problems, records every call in the store, rewards each trace with math-verify,
     assigns credit and takes one optimiser step. ``--offline`` trains on runs already recorded
     (filtered by --graph/--dataset), rewarded against --data's answers. Checkpoints in --out
-    resume an interrupted run; the trained model is exported to --out/model.
+    resume an interrupted run; the trained model is exported to --out/model. With ``--ray`` the
+    rollouts run on Ray workers (the same steps; at --max-lag 0 the same results).
 
     \b
     Examples:
@@ -59,13 +71,17 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
       scaffold train --topology grpo --lr 3e-4 --steps 30
       scaffold train --model ./my-model --data train.jsonl --prompts generic --lora-rank 16
       scaffold --store runs.db train --offline --graph spiral --data train.jsonl
+      scaffold train --ray --workers 2                          # rollouts on a local Ray cluster
     """
     from scaffold._data import load_problems
     from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_model, pocket_task
+    from trainers.distributed import RolloutCluster
     from trainers.loop import LoopConfig, train_offline, train_online
     from trainers.policy import CHECKPOINT_FILE, LoraSettings, Policy, PolicyConfig
     from trainers.recipes import recipe
 
+    if offline and ray_address is not None:
+        raise click.UsageError("--ray distributes rollouts; --offline training has none")
     pocket = model_dir is None
     if model_dir is not None and not (model_dir / "config.json").is_file():
         raise click.UsageError(f"--model {model_dir} is not a save_pretrained model directory (no config.json)")
@@ -95,7 +111,11 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
         answers = {row["problem"]: row["answer"] for row in rows}
         history = train_offline(policy, handle.open(), loop, answers=answers, graph=graph_name, dataset=dataset)
     else:
-        history = train_online(policy, graph, rows, loop, store=handle.target)  # created if missing; None: off
+        cluster = None if ray_address is None else RolloutCluster(
+            address=None if ray_address == "local" else ray_address, workers=workers, engine=engine,
+            max_lag=max_lag)
+        history = train_online(policy, graph, rows, loop, store=handle.target,  # created if missing; None: off
+                               cluster=cluster)
     exported = policy.export(out / "model")
     last = history[-1] if history else None
     if last is not None:

@@ -398,6 +398,7 @@ class _Journal:
     def _save(self, directory: str) -> None:
         self.policy.save(directory)
         if self.run_name is not None:
+            Path(directory).mkdir(parents=True, exist_ok=True)
             (Path(directory) / LOOP_FILE).write_text(json.dumps({"run_name": self.run_name}))
 
     def close(self) -> list[StepMetrics]:
