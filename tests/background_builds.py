@@ -1,11 +1,12 @@
 """The session's two pocket builds, started in the background as soon as the tests are collected.
 
 Building the quick pocket model takes about two minutes and the default one about ten on two cores;
-run where a test first asks for them, they would add twelve minutes to the suite. Started right after
-collection (the quick one first, the default one when the quick one is done), they train while the
-early tests run, at a lower priority (``nice``) so the tests keep the CPU they ask for. Both builds are
-deterministic (fixed seed and threads): sharing the machine changes their time, not their weights.
-The fixtures that hand the models out wait for the builds.
+run where a test first asks for them, they would add twelve minutes to the suite. Both start right
+after collection: the quick one at the tests' priority (the first tests that need it come a few
+minutes in), the default one at the lowest (``nice 19``), so it trains on the CPU the tests leave
+idle (waiting on servers, sleeps, Ray), and its test runs last. Both builds are deterministic (fixed
+seed and threads): sharing the machine changes their time, not their weights. The fixtures that hand
+the models out wait for the builds.
 """
 
 from __future__ import annotations
@@ -19,36 +20,33 @@ import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NICE = 10
-"""How much lower the builds' CPU priority is than the tests'."""
+QUICK_NICE = 0
+"""The quick build is waited for early (the vLLM and CLI tests): it runs at the tests' priority."""
+DEFAULT_NICE = 19
+"""The default build is waited for last (its test runs at the end): it takes the CPU the tests leave idle."""
 
 
 class Build:
     """One build command in a child process; :meth:`result` waits for it and returns what it printed."""
 
-    def __init__(self, command: list[str]) -> None:
-        self.command = command
-        self.process: subprocess.Popen[str] | None = None
-        self.started = threading.Event()
-        self._output: tuple[int, str, str] | None = None
+    def __init__(self, command: list[str], nice: int, logs: Path) -> None:
+        self.command, self.nice, self.logs = command, nice, logs
+        self.process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 
     def start(self) -> None:
         with self._lock:
-            if self.process is None:
-                self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                text=True, preexec_fn=lambda: os.nice(NICE))
-        self.started.set()
+            if self.process is None:  # output to files: a pipe nobody reads would fill and stop the build
+                with open(self.logs / "out", "wb") as out, open(self.logs / "err", "wb") as err:
+                    self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=out, stderr=err,
+                                                    preexec_fn=lambda: os.nice(self.nice))
 
     def result(self, timeout: float = 1800) -> tuple[int, str, str]:
         """``(returncode, stdout, stderr)``, once the build has ended (started here if nobody started it)."""
         self.start()
-        with self._lock:
-            if self._output is None:
-                assert self.process is not None
-                out, err = self.process.communicate(timeout=timeout)
-                self._output = (self.process.returncode, out, err)
-        return self._output
+        assert self.process is not None
+        returncode = self.process.wait(timeout=timeout)
+        return returncode, (self.logs / "out").read_text(), (self.logs / "err").read_text()
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -65,23 +63,22 @@ class Builds:
         self.default_dir = self.root / "pocket-default" / "model"
         self.default_dir.parent.mkdir()
         self.quick = Build([sys.executable, "-m", "scaffold", "pocket", "build", "--quick", "--cache-dir",
-                            str(self.quick_cache)])
+                            str(self.quick_cache)], QUICK_NICE, self._logs("quick"))
         self.default = Build([sys.executable, "-c", "import sys\nfrom scaffold.pocket import PocketConfig, "
                               "build_pocket_model\nbuild_pocket_model(sys.argv[1], PocketConfig(), progress=False)",
-                              str(self.default_dir)])
+                              str(self.default_dir)], DEFAULT_NICE, self._logs("default"))
+
+    def _logs(self, name: str) -> Path:
+        folder = self.root / f"{name}-logs"
+        folder.mkdir()
+        return folder
 
     def start(self, *, quick: bool, default: bool) -> None:
-        """Start what the collected tests need: the quick build now, the default one after it."""
+        """Start the builds the collected tests need."""
         if quick:
             self.quick.start()
-
-        def then_default() -> None:
-            if quick:
-                self.quick.result()
-            self.default.start()
-
         if default:
-            threading.Thread(target=then_default, name="pocket-default-build", daemon=True).start()
+            self.default.start()
 
     def close(self) -> None:
         self.quick.stop()

@@ -64,10 +64,11 @@ BUILDS = Builds()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Start the pocket builds the collected tests will ask for, so they train while the first tests run."""
+    """Start the pocket builds the collected tests will ask for, and run the default build's tests last."""
     used = {name for item in items for name in getattr(item, "fixturenames", ())}
     BUILDS.start(quick=bool(used & {"pocket_quick_build", "pocket_quick", "grpo_learning"}),
                  default="pocket_default" in used)
+    items.sort(key=lambda item: "pocket_default" in getattr(item, "fixturenames", ()))  # stable: the rest keep order
 
 
 def pytest_sessionfinish() -> None:

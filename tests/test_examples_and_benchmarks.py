@@ -126,7 +126,7 @@ def test_evaluation_benchmark_ends_with_its_json_keys() -> None:
 @pytest.mark.slow
 def test_distributed_benchmark_ends_with_its_json_keys() -> None:
     """benchmarks/distributed.py --quick starts its own Ray cluster and prints the issue's keys; nothing lost."""
-    out = run("benchmarks/distributed.py", "--quick", "--rows", "120", "--limiter-calls", "6400")
+    out = run("benchmarks/distributed.py", "--quick", "--rows", "60", "--limiter-calls", "6400")
     figures = json.loads(out.strip().splitlines()[-1])
     keys = ("bench", "rows_per_s_local", "rows_per_s_w1", "rows_per_s_w2", "rows_per_s_w4", "overhead_ms_per_row",
             "limiter_us_per_call", "lost", "duplicated")
@@ -141,7 +141,8 @@ def test_distributed_benchmark_ends_with_its_json_keys() -> None:
 def test_distributed_training_benchmark_ends_with_its_json_keys(pocket_quick_build: tuple[Path, str]) -> None:
     """benchmarks/distributed_training.py --quick (local, 1 and 2 Ray workers, LoRA sync) prints the issue's keys."""
     cache, _ = pocket_quick_build
-    out = run("benchmarks/distributed_training.py", "--quick", env={"SCAFFOLD_CACHE": str(cache)})
+    out = run("benchmarks/distributed_training.py", "--quick", "--steps", "2", "--problems", "2",
+              env={"SCAFFOLD_CACHE": str(cache)})
     figures = json.loads(out.strip().splitlines()[-1])
     keys = ("rollout_tokens_per_s_local", "rollout_tokens_per_s_w1", "rollout_tokens_per_s_w2", "sync_ms_full",
             "sync_ms_lora", "step_s_local", "step_s_w2")
