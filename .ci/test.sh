@@ -7,6 +7,7 @@ BIN=.venv/bin
 "$BIN/ruff" check scaffold graphs trainers tests benchmarks examples || exit 1
 "$BIN/mypy" || exit 1
 bash .ci/postgres.sh || exit 1
+bash .ci/chromium.sh || exit 1
 "$BIN/python" -m pytest --durations=40 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -56,6 +56,7 @@ from scaffold._events import CallStarted, Event, RunFinished, RunStarted, Subscr
 from scaffold._graph import Graph, GraphFunction, graph
 from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._nodes import Node, Quorum, RuleOutput
+from scaffold._otel import OTelExporter, export_otlp, otel_exporter
 from scaffold._primitives import AGGREGATE_PROMPT, aggregate, candidates, generate, sample
 from scaffold._result import RunResult
 from scaffold._rules import (
@@ -185,6 +186,10 @@ __all__ = [
     "CallStarted",
     "TraceFinished",
     "RunFinished",
+    # OpenTelemetry
+    "otel_exporter",
+    "OTelExporter",
+    "export_otlp",
     # errors
     "ScaffoldError",
     "GraphError",

@@ -8,7 +8,7 @@ recorder queues the event and writes in batches elsewhere.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scaffold._types import Trace
@@ -29,6 +29,8 @@ class RunStarted:
     """The graph's build parameters (``n``, ``k``, ``steps``...)."""
     spec: Mapping[str, Any]
     """The graph's structure (:meth:`Graph.spec`)."""
+    models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Alias -> ``{"model": the concrete model's name, "backend": its backend's class name}``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -346,7 +346,9 @@ class Run:
             check_run_sizes(self.graph, self.inputs)
         if self.subscribers:
             self.emit(RunStarted(self.run_id, self.graph.name, dict(self.inputs), self.seed,
-                                 dict(self.graph.params), self.graph.spec()))
+                                 dict(self.graph.params), self.graph.spec(),
+                                 {alias: {"model": model.name, "backend": type(model.backend).__name__}
+                                  for alias, model in self.models.items()}))
         self.loop = asyncio.get_running_loop()
         self._plain_tasks = self.loop.get_task_factory() is None and type(self.loop).create_task is _DEFAULT_CREATE_TASK
         self.done = self.loop.create_future()

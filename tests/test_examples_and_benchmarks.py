@@ -149,3 +149,12 @@ def test_distributed_training_benchmark_ends_with_its_json_keys(pocket_quick_bui
     assert figures["bench"] == "distributed_training"
     assert all(figures[key] > 0 for key in keys), figures
     assert 0 < figures["sync_bytes_lora"] < figures["sync_bytes_full"]
+
+
+@pytest.mark.slow
+def test_ui_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/ui.py on a smaller store: the run page draws all 177 traces in Chromium; the issue's keys print."""
+    out = run("benchmarks/ui.py", "--runs", "400", "--loads", "2", "--requests", "12")
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["bench"] == "ui" and figures["traces_drawn"] == 177 and figures["runs"] == 400
+    assert figures["run_page_ms_176"] > 0 and figures["runs_list_ms_10k"] > 0

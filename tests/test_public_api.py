@@ -27,7 +27,7 @@ def test_exported_members_import(module):
 
 
 PUBLIC_PACKAGES = {
-    "scaffold": {"backends", "cli", "cluster", "evaluation", "pocket", "serve", "store", "testing"},
+    "scaffold": {"backends", "cli", "cluster", "evaluation", "pocket", "serve", "store", "testing", "ui"},
     "scaffold.cluster": set(),
     "scaffold.backends": set(),
     "scaffold.cli": set(),
@@ -36,6 +36,7 @@ PUBLIC_PACKAGES = {
     "scaffold.serve": set(),
     "scaffold.store": set(),
     "scaffold.testing": set(),
+    "scaffold.ui": set(),
 }
 """Each public package and the public subpackages it may show besides its ``__all__``."""
 

@@ -14,6 +14,7 @@
     scaffold graph list [--params] | graph params TOPOLOGY | graph show TOPOLOGY [-p KEY=VALUE ...] [--format F]
     scaffold [--store PATH_OR_URL] serve TOPOLOGY [-p KEY=VALUE ...] [--model [ALIAS=]SPEC ...] [--name NAME] [--port N]
     scaffold [--store PATH_OR_URL] serve --config serve.toml
+    scaffold [--store PATH_OR_URL] ui [--port N] [--training-log FILE ...]
 
 ``train`` comes from the ``trainers`` package and the topologies that ``run``, ``eval`` and ``graph``
 name from ``graphs``: both are plugins, found through the ``scaffold.cli`` entry points
@@ -39,6 +40,7 @@ from scaffold.cli._pocket import pocket
 from scaffold.cli._run import run_command
 from scaffold.cli._runs import runs
 from scaffold.cli._serve import serve_command
+from scaffold.cli._ui import ui_command
 
 
 class _Group(click.Group):
@@ -98,6 +100,7 @@ main.add_command(compare)
 main.add_command(run_command)
 main.add_command(graph_group)
 main.add_command(serve_command)
+main.add_command(ui_command)
 for _command in registry().commands.values():  # train, from the trainers plugin
     main.add_command(_command)
 

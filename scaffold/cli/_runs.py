@@ -333,16 +333,23 @@ def _sum(values: Any) -> Totals:
 
 # -- export -----------------------------------------------------------------------------------
 @runs.command("export")
-@click.option("--out", "-o", "out", required=True, type=click.Path(dir_okay=False, writable=True),
+@click.option("--out", "-o", "out", type=click.Path(dir_okay=False, writable=True),
               help="File to write (.jsonl or .parquet).")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]),
-              help="Output format; by default from the --out suffix.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet", "otlp"]),
+              help="Output format; by default from the --out suffix. otlp sends spans to --endpoint instead.")
+@click.option("--endpoint", metavar="URL", help="With --format otlp: the OTLP/HTTP collector "
+              "(http://HOST:4318, or its /v1/traces URL).")
+@click.option("--header", "headers", multiple=True, metavar="NAME=VALUE",
+              help="With --format otlp: a header for the collector (repeatable); $VAR values are read from the "
+                   "environment, so keys stay out of the shell history.")
+@click.option("--capture-content", is_flag=True, help="With --format otlp: send prompts and outputs too.")
 @click.option("--run", "run_refs", multiple=True, metavar="RUN",
               help="Export this run (an id or a unique prefix); repeat for more. With filters: runs listed "
                    "and matching.")
 @run_filters
-def export_command(out: str, fmt: str | None, run_refs: tuple[str, ...], **filter_values: Any) -> None:
-    """Export recorded calls, one row per trace, to JSONL or Parquet.
+def export_command(out: str | None, fmt: str | None, endpoint: str | None, headers: tuple[str, ...],
+                   capture_content: bool, run_refs: tuple[str, ...], **filter_values: Any) -> None:
+    """Export recorded calls, one row per trace, to JSONL or Parquet, or as OpenTelemetry spans (OTLP).
 
     Each row has the run (id, graph, dataset, item, status, seed), the trace (id, node, index,
     kind, alias, model, backend), its request (messages, prompt, params), its output (text,
@@ -356,9 +363,15 @@ def export_command(out: str, fmt: str | None, run_refs: tuple[str, ...], **filte
       scaffold runs export --out calls.jsonl
       scaffold runs export --out calls.parquet --graph rsa --status ok --since 7d
       scaffold runs export --out one.jsonl --run 3f2a9c --run 81be07
+      scaffold runs export --format otlp --endpoint http://127.0.0.1:4318 --graph rsa --since 1d
     """
     from scaffold.store._export import export, export_format
 
+    if fmt == "otlp":
+        _export_otlp(endpoint, headers, capture_content, run_refs, filter_values)
+        return
+    if out is None:
+        raise click.UsageError("--out is required (or --format otlp --endpoint URL)")
     try:
         fmt = export_format(out, fmt)
     except ValueError as exc:
@@ -370,3 +383,32 @@ def export_command(out: str, fmt: str | None, run_refs: tuple[str, ...], **filte
     except OSError as exc:
         raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
     click.echo(f"wrote {written} row{'s' if written != 1 else ''} to {out}")
+
+
+def _export_otlp(endpoint: str | None, headers: tuple[str, ...], capture_content: bool, run_refs: tuple[str, ...],
+                 filter_values: dict[str, Any]) -> None:
+    """``runs export --format otlp``: the selected runs as spans to a collector."""
+    import os
+
+    from scaffold._otel import export_otlp
+
+    if not endpoint:
+        raise click.UsageError("--format otlp needs --endpoint URL (an OTLP/HTTP collector)")
+    sent_headers = {}
+    for header in headers:
+        name, sep, value = header.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{header!r} is not NAME=VALUE", param_hint="--header")
+        if value.startswith("$"):
+            if value[1:] not in os.environ:
+                raise click.BadParameter(f"${value[1:]} is not set", param_hint="--header")
+            value = os.environ[value[1:]]
+        sent_headers[name.strip()] = value
+    store = _store()
+    run_ids = [resolve_run(store, ref) for ref in run_refs] if run_refs else None
+    try:
+        spans = export_otlp(store, endpoint, run_ids=run_ids, headers=sent_headers, capture_content=capture_content,
+                            **_filters(**filter_values))
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"sent {spans} span{'s' if spans != 1 else ''} to {endpoint}")

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Select, and_, case, exists, func, or_, select
 
 from scaffold._types import Trace
 from scaffold.store import _codec as codec
-from scaffold.store._schema import CALLS, EDGES, REQUESTS, REWARDS, RUNS
+from scaffold.store._schema import CALLS, EDGES, ITEMS, REQUESTS, REWARDS, RUNS
 
 if TYPE_CHECKING:
     import networkx
@@ -228,3 +228,35 @@ def _add(a: Totals, b: Totals) -> Totals:
     cost = None if a.cost is None or b.cost is None else a.cost + b.cost
     return Totals(a.calls + b.calls, a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens,
                   cost, a.latency + b.latency, a.errors + b.errors)
+
+
+def count_runs(conn: Connection, **filters: Any) -> tuple[int, Totals]:
+    """How many runs the filters select, and their calls, tokens and cost summed (from the runs' own counters)."""
+    runs = RUNS.c
+    unknown_cost = func.sum(case((runs.cost.is_(None), 1), else_=0))
+    columns: Any = select(func.count(), func.sum(runs.calls), func.sum(runs.prompt_tokens),
+                                  func.sum(runs.completion_tokens), func.sum(runs.cost), unknown_cost,
+                                  func.sum(case((runs.status.in_(("ok", "running")), 0), else_=1)))
+    stmt = filter_runs(columns, **filters)
+    count, calls, prompt, completion, cost, unknown, failed = conn.execute(stmt).one()
+    return int(count), Totals(int(calls or 0), int(prompt or 0), int(completion or 0),
+                              None if unknown else float(cost or 0.0), 0.0, int(failed or 0))
+
+
+def distinct_values(conn: Connection) -> dict[str, list[str]]:
+    """The graphs, datasets, statuses and models (aliases and concrete models) the store's runs use."""
+    runs, calls = RUNS.c, CALLS.c
+    found: dict[str, list[str]] = {}
+    for name, column in (("graph", runs.graph), ("dataset", runs.dataset), ("status", runs.status)):
+        found[name] = sorted(v for (v,) in conn.execute(select(column).distinct()) if v is not None)
+    models = {v for (v,) in conn.execute(select(calls.model).distinct()) if v is not None}
+    models |= {v for (v,) in conn.execute(select(calls.alias).distinct()) if v is not None}
+    found["model"] = sorted(models)
+    return found
+
+
+def dataset_item(conn: Connection, dataset: str, position: int) -> dict[str, Any] | None:
+    """Row ``position`` of a recorded dataset, or ``None``."""
+    items = ITEMS.c
+    row = conn.execute(select(items.data).where(and_(items.dataset == dataset, items.position == position))).first()
+    return None if row is None else dict(row[0] or {})

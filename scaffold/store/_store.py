@@ -159,6 +159,22 @@ class Store:
         with self.engine.connect() as conn:
             return query.list_runs(conn, limit=limit, offset=offset, newest_first=newest_first, **filters)
 
+    def count_runs(self, **filters: Any) -> tuple[int, query.Totals]:
+        """How many runs the filters (as :meth:`runs`) select, and their calls, tokens and cost in all
+        (``Totals.errors`` counts the runs that ended in error, timeout or cancellation)."""
+        with self.engine.connect() as conn:
+            return query.count_runs(conn, **filters)
+
+    def item(self, dataset: str, position: int) -> dict[str, Any] | None:
+        """Row ``position`` of a dataset recorded with the runs (``map(..., dataset=...)``), or ``None``."""
+        with self.engine.connect() as conn:
+            return query.dataset_item(conn, dataset, position)
+
+    def distinct_values(self) -> dict[str, list[str]]:
+        """What the runs' filters can take here: ``graph``, ``dataset``, ``status`` and ``model`` values."""
+        with self.engine.connect() as conn:
+            return query.distinct_values(conn)
+
     def run(self, run_id: str) -> query.RunInfo:
         """One run's summary; raises :class:`StoreError` if the store has no such run."""
         with self.engine.connect() as conn:

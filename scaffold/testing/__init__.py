@@ -11,10 +11,15 @@
 - :class:`PostgresServer`: a throwaway PostgreSQL cluster on 127.0.0.1 (local server binaries),
   deleted when stopped.
 - :func:`build_tiny_model`: a tiny random Hugging Face chat model built locally (no download).
+- :func:`sample_store`: a store holding RSA runs and a vote evaluated on the same problems (scripted
+  answers), to try ``scaffold ui`` on; :func:`headless_chromium` and :func:`open_page` to test it in a
+  real browser (Debian's Chromium through Selenium).
 """
 
+from scaffold.testing._browser import headless_chromium, open_page
 from scaffold.testing._faults import SPORADIC_FAULTS, Fault, random_faults
 from scaffold.testing._postgres import PostgresServer
+from scaffold.testing._sample_store import SampleStore, sample_store
 from scaffold.testing._scripted import ScriptedBackend
 from scaffold.testing._server import OpenAIServer, ServedRequest, ServerRequest
 from scaffold.testing._simulated import SimulatedBackend
@@ -31,4 +36,8 @@ __all__ = [
     "ServedRequest",
     "PostgresServer",
     "build_tiny_model",
+    "sample_store",
+    "SampleStore",
+    "headless_chromium",
+    "open_page",
 ]
