@@ -34,3 +34,5 @@ bench: install
 	$(BIN)/python benchmarks/evaluation.py
 	$(BIN)/python benchmarks/serve.py
 	$(BIN)/python benchmarks/distributed.py
+	$(BIN)/python benchmarks/distributed_training.py
+	$(BIN)/python benchmarks/ui.py

@@ -251,7 +251,8 @@ async function showEvaluations() {
         if (e.target.checked) chosen.push(name); else chosen.splice(chosen.indexOf(name), 1);
         go.disabled = chosen.length !== 2;
       }})),
-      columns.map((c) => h("td", {}, typeof row[c] === "number" ? fmt.num(row[c]) : (row[c] ?? "")))))));
+      columns.map((c) => h("td", {class: typeof row[c] === "number" ? "num" : ""}, typeof row[c] === "number"
+        ? (Number.isInteger(row[c]) ? fmt.int(row[c]) : fmt.num(row[c])) : (row[c] ?? "")))))));
   setPage("Evaluations", table, h("p", {}, go), h("div", {class: "charts"},
     chart("accuracy against tokens per problem", scatterSeries(view.plots), {xLabel: "tokens per problem", xLog: true, yLabel: "accuracy"}),
     chart("pass@k", view.plots.map((p) => ({name: p.name, points: Object.entries(p.pass_at_k).map(([k, v]) => [Number(k), v])})),
