@@ -4,6 +4,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
+# The whole suite needs both pocket builds: start them now, so they train while lint and mypy run and
+# the test session attaches to them (tests/background_builds.py). A chosen subset starts what it needs.
+if [ "$#" -eq 0 ]; then
+  SCAFFOLD_TEST_BUILDS=$(mktemp -d -t scaffold-test-pockets-XXXXXX)
+  export SCAFFOLD_TEST_BUILDS
+  trap '"$BIN/python" tests/background_builds.py stop "$SCAFFOLD_TEST_BUILDS"; rm -rf "$SCAFFOLD_TEST_BUILDS"' EXIT
+  "$BIN/python" tests/background_builds.py start "$SCAFFOLD_TEST_BUILDS" || exit 1
+fi
 "$BIN/ruff" check scaffold graphs trainers tests benchmarks examples || exit 1
 "$BIN/mypy" || exit 1
 bash .ci/postgres.sh || exit 1

@@ -1,22 +1,34 @@
-"""The session's two pocket builds, started in the background as soon as the tests are collected.
+"""The session's two pocket builds, run in the background while other tests (or lint) run.
 
 Building the quick pocket model takes about two minutes and the default one about ten on two cores;
-run where a test first asks for them, they would add twelve minutes to the suite. Both start right
-after collection: the quick one at the tests' priority (the first tests that need it come a few
-minutes in), the default one at the lowest (``nice 19``), so it trains on the CPU the tests leave
-idle (waiting on servers, sleeps, Ray), and its test runs last. Both builds are deterministic (fixed
-seed and threads): sharing the machine changes their time, not their weights. The fixtures that hand
-the models out wait for the builds.
+run where a test first asks for them, they would add twelve minutes to the suite. So they run in the
+background: the quick one at the tests' priority (the first tests that need it come a few minutes in),
+the default one at the lowest (``nice 19``), so it trains on the CPU the tests leave idle (waiting on
+servers, sleeps, Ray), and its test runs last. Both builds are deterministic (fixed seed and threads):
+sharing the machine changes their time, not their weights. The fixtures that hand the models out wait
+for the builds.
+
+Two ways to start them:
+
+* ``.ci/test.sh`` starts both before lint and type checks (``python tests/background_builds.py start DIR``)
+  and hands ``DIR`` to pytest as ``$SCAFFOLD_TEST_BUILDS``: the session attaches to the running builds, so
+  they get the minutes lint, mypy and collection take;
+* otherwise the session starts the builds its collected tests need, right after collection.
+
+Each build runs under a small runner (``python background_builds.py run LOGS -- COMMAND``) that writes
+the command's output to ``LOGS/out`` and ``LOGS/err`` and its exit status to ``LOGS/rc``, so whoever
+waits for it need not be its parent.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,57 +36,97 @@ QUICK_NICE = 0
 """The quick build is waited for early (the vLLM and CLI tests): it runs at the tests' priority."""
 DEFAULT_NICE = 19
 """The default build is waited for last (its test runs at the end): it takes the CPU the tests leave idle."""
+ENV = "SCAFFOLD_TEST_BUILDS"
+"""A directory where ``start`` has already started the builds; the test session attaches to them."""
 
 
 class Build:
-    """One build command in a child process; :meth:`result` waits for it and returns what it printed."""
+    """One build command, run by a runner process; :meth:`result` waits for it and returns what it printed."""
 
     def __init__(self, command: list[str], nice: int, logs: Path) -> None:
         self.command, self.nice, self.logs = command, nice, logs
+        self.logs.mkdir(parents=True, exist_ok=True)
         self.process: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
+        """The runner, when this object started it (kept, so it is reaped)."""
+
+    @property
+    def started(self) -> bool:
+        return (self.logs / "pid").exists()
 
     def start(self) -> None:
-        with self._lock:
-            if self.process is None:  # output to files: a pipe nobody reads would fill and stop the build
-                with open(self.logs / "out", "wb") as out, open(self.logs / "err", "wb") as err:
-                    self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=out, stderr=err,
-                                                    preexec_fn=lambda: os.nice(self.nice))
+        """Start the runner (in its own session, at ``nice``), unless this build was started already."""
+        if self.started:
+            return
+        runner = [sys.executable, __file__, "run", str(self.logs), "--", *self.command]
+        quiet = subprocess.DEVNULL
+        self.process = subprocess.Popen(runner, cwd=ROOT, stdin=quiet, stdout=quiet, stderr=quiet,
+                                        start_new_session=True, preexec_fn=lambda: os.nice(self.nice))
+        (self.logs / "pid").write_text(str(self.process.pid))
 
     def result(self, timeout: float = 1800) -> tuple[int, str, str]:
         """``(returncode, stdout, stderr)``, once the build has ended (started here if nobody started it)."""
         self.start()
-        assert self.process is not None
-        returncode = self.process.wait(timeout=timeout)
-        return returncode, (self.logs / "out").read_text(), (self.logs / "err").read_text()
+        pid = int((self.logs / "pid").read_text())
+        deadline = time.monotonic() + timeout
+        while not (self.logs / "rc").exists():
+            if self.process is not None:
+                self.process.poll()  # reaps our own runner once it ends
+            if not _alive(pid) and not (self.logs / "rc").exists():
+                return -1, self._read("out"), self._read("err") + "\nthe build's runner ended without an exit status"
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the build {self.command} did not end within {timeout} s")
+            time.sleep(0.5)
+        if self.process is not None:
+            self.process.wait()
+        return int((self.logs / "rc").read_text()), self._read("out"), self._read("err")
+
+    def _read(self, name: str) -> str:
+        path = self.logs / name
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+        """Kill the runner and its build if they still run."""
+        if self.started and not (self.logs / "rc").exists():
+            try:
+                os.killpg(int((self.logs / "pid").read_text()), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, ValueError):
+                pass
+        if self.process is not None:
             self.process.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (our own child, not yet reaped) has ended
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 class Builds:
     """The quick build (``scaffold pocket build --quick``) and the default one (``build_pocket_model``)."""
 
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="scaffold-test-pockets-"))
+    def __init__(self, root: str | Path | None = None) -> None:
+        given = root if root is not None else os.environ.get(ENV)
+        self.owned = not given
+        self.root = Path(given) if given else Path(tempfile.mkdtemp(prefix="scaffold-test-pockets-"))
         self.quick_cache = self.root / "pocket-cache"
         self.default_dir = self.root / "pocket-default" / "model"
-        self.default_dir.parent.mkdir()
+        self.default_dir.parent.mkdir(parents=True, exist_ok=True)
         self.quick = Build([sys.executable, "-m", "scaffold", "pocket", "build", "--quick", "--cache-dir",
-                            str(self.quick_cache)], QUICK_NICE, self._logs("quick"))
+                            str(self.quick_cache)], QUICK_NICE, self.root / "quick-logs")
         self.default = Build([sys.executable, "-c", "import sys\nfrom scaffold.pocket import PocketConfig, "
                               "build_pocket_model\nbuild_pocket_model(sys.argv[1], PocketConfig(), progress=False)",
-                              str(self.default_dir)], DEFAULT_NICE, self._logs("default"))
-
-    def _logs(self, name: str) -> Path:
-        folder = self.root / f"{name}-logs"
-        folder.mkdir()
-        return folder
+                              str(self.default_dir)], DEFAULT_NICE, self.root / "default-logs")
 
     def start(self, *, quick: bool, default: bool) -> None:
-        """Start the builds the collected tests need."""
+        """Start the builds the collected tests need (a build started already is left as it is)."""
         if quick:
             self.quick.start()
         if default:
@@ -83,4 +135,34 @@ class Builds:
     def close(self) -> None:
         self.quick.stop()
         self.default.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.owned:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _run(logs: Path, command: list[str]) -> int:
+    """The runner: the command's output to ``logs/out`` and ``logs/err``, its exit status to ``logs/rc``."""
+    with open(logs / "out", "wb") as out, open(logs / "err", "wb") as err:
+        returncode = subprocess.call(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+    (logs / "rc.tmp").write_text(str(returncode))
+    os.replace(logs / "rc.tmp", logs / "rc")  # whole or absent: a waiter never reads half a status
+    return returncode
+
+
+def main(argv: list[str]) -> int:
+    """``start DIR``: start both builds under DIR and return; ``stop DIR``: kill them if they still run;
+    ``run LOGS -- COMMAND``: the runner."""
+    if len(argv) == 2 and argv[0] in ("start", "stop"):
+        builds = Builds(argv[1])
+        if argv[0] == "start":
+            builds.start(quick=True, default=True)
+        else:
+            builds.close()
+        return 0
+    if len(argv) >= 4 and argv[0] == "run" and argv[2] == "--":
+        return _run(Path(argv[1]), argv[3:])
+    print("usage: background_builds.py start DIR | stop DIR | run LOGS -- COMMAND", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -63,12 +63,36 @@ BUILDS = Builds()
 """The session's pocket builds, started in the background after collection (see ``background_builds``)."""
 
 
+def _uses(item: pytest.Item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Start the pocket builds the collected tests will ask for, and run the default build's tests last."""
+    """Start the pocket builds the collected tests will ask for, run the modules that use the session's Ray
+    cluster one after the other (it is shut down after the last of them), and the default build's tests last."""
     used = {name for item in items for name in getattr(item, "fixturenames", ())}
     BUILDS.start(quick=bool(used & {"pocket_quick_build", "pocket_quick", "grpo_learning"}),
                  default="pocket_default" in used)
-    items.sort(key=lambda item: "pocket_default" in getattr(item, "fixturenames", ()))  # stable: the rest keep order
+    ray_modules = {item.path for item in items if _uses(item, "ray_local")}
+    first_ray = next((i for i, item in enumerate(items) if item.path in ray_modules), len(items))
+    position = {id(item): i for i, item in enumerate(items)}  # whole modules move; everything else keeps its order
+    items.sort(key=lambda item: (first_ray, 0, position[id(item)]) if item.path in ray_modules
+               else (position[id(item)], 1, 0))
+    items.sort(key=lambda item: _uses(item, "pocket_default"))  # stable
+    global LAST_RAY_TEST
+    LAST_RAY_TEST = next((item.nodeid for item in reversed(items) if _uses(item, "ray_local")), None)
+
+
+LAST_RAY_TEST: str | None = None
+"""The last test of the session that uses the Ray cluster; it is shut down after it (it costs CPU when idle)."""
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures (its module's actors, say) are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if item.nodeid == LAST_RAY_TEST and "ray" in sys.modules:
+        import ray
+
+        ray.shutdown()
 
 
 def pytest_sessionfinish() -> None:

@@ -1,0 +1,26 @@
+"""The runner behind the session's pocket builds: started here or by ``.ci/test.sh``, waited for by anyone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from background_builds import Build
+
+
+def test_a_build_started_elsewhere_is_attached_to_and_its_status_read(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", "import sys; print('built'); print('warned', file=sys.stderr); sys.exit(3)"]
+    first = Build(command, 0, tmp_path / "logs")
+    first.start()
+    again = Build(["false-command-never-run"], 0, tmp_path / "logs")  # the second waiter attaches, starts nothing
+    assert again.started
+    assert again.result(timeout=60) == (3, "built\n", "warned\n")
+    assert first.result(timeout=60) == (3, "built\n", "warned\n")
+
+
+def test_a_stopped_build_reports_that_it_ended_without_a_status(tmp_path: Path) -> None:
+    build = Build([sys.executable, "-c", "import time; time.sleep(60)"], 0, tmp_path / "logs")
+    build.start()
+    build.stop()
+    returncode, _, err = build.result(timeout=30)
+    assert returncode == -1 and "without an exit status" in err
