@@ -54,13 +54,15 @@ class Build:
         return (self.logs / "pid").exists()
 
     def start(self) -> None:
-        """Start the runner (in its own session, at ``nice``), unless this build was started already."""
+        """Start the runner (in its own process group, at ``nice``), unless this build was started already."""
         if self.started:
             return
         runner = [sys.executable, __file__, "run", str(self.logs), "--", *self.command]
         quiet = subprocess.DEVNULL
+        # its own process group (killed as one), not its own session: Linux's autogroups would then share the
+        # CPU between sessions and nice would count only within them, so a nice-19 build took its full share
         self.process = subprocess.Popen(runner, cwd=ROOT, stdin=quiet, stdout=quiet, stderr=quiet,
-                                        start_new_session=True, preexec_fn=lambda: os.nice(self.nice))
+                                        process_group=0, preexec_fn=lambda: os.nice(self.nice))
         (self.logs / "pid").write_text(str(self.process.pid))
 
     def result(self, timeout: float = 1800) -> tuple[int, str, str]:
