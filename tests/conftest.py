@@ -60,7 +60,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 BUILDS = Builds()
-"""The session's pocket builds, started in the background after collection (see ``background_builds``)."""
+"""The session's pocket builds: attached to when ``.ci/test.sh`` started them, else started after collection."""
 
 
 def _uses(item: pytest.Item, fixture: str) -> bool:
@@ -76,9 +76,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ray_modules = {item.path for item in items if _uses(item, "ray_local")}
     first_ray = next((i for i, item in enumerate(items) if item.path in ray_modules), len(items))
     position = {id(item): i for i, item in enumerate(items)}  # whole modules move; everything else keeps its order
-    items.sort(key=lambda item: (first_ray, 0, position[id(item)]) if item.path in ray_modules
-               else (position[id(item)], 1, 0))
-    items.sort(key=lambda item: _uses(item, "pocket_default"))  # stable
+    items.sort(key=lambda item: (_uses(item, "pocket_default"),
+                                 first_ray if item.path in ray_modules else position[id(item)], position[id(item)]))
     global LAST_RAY_TEST
     LAST_RAY_TEST = next((item.nodeid for item in reversed(items) if _uses(item, "ray_local")), None)
 
@@ -209,7 +208,8 @@ def store(store_url: str) -> Iterator[Any]:
 def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real local Ray cluster (4 logical CPUs), started once per session; returns its GCS address.
 
-    Tests in one session share it: every test makes its own actors and kills what it started. Workers
+    Tests in one session share it: every test makes its own actors and kills what it started. Their modules run
+    one after another and the cluster is shut down after the last of them (``pytest_runtest_teardown``). Workers
     import this checkout (``PYTHONPATH``) and use one thread each for torch; ``RAY_AUTH_MODE=disabled``
     keeps Ray from writing an auth token under the home directory (FIELD-NOTES).
     """
