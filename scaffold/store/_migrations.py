@@ -47,25 +47,31 @@ def upgrade(engine: Engine, *, target: int = SCHEMA_VERSION, migrations: Mapping
     """Create or upgrade the schema to ``target``; returns the version found before (0 when new).
 
     Several processes may open a new database at once; whoever loses the race to create
-    it retries and finds it made.
+    it retries and finds it made (SQLite's driver commits each ``CREATE TABLE`` on its own, so
+    a loser can even see the tables before the version row: that too is retried before the
+    database is refused as not scaffold's).
     """
     steps = MIGRATIONS if migrations is None else migrations
     for attempt in range(attempts):
         try:
             with engine.begin() as conn:
                 return _upgrade(conn, target, steps)
-        except (IntegrityError, OperationalError, ProgrammingError):
+        except (IntegrityError, OperationalError, ProgrammingError, _Unversioned):
             if attempt == attempts - 1:
                 raise
             time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
 
 
+class _Unversioned(SchemaVersionError):
+    """Tables but no version row: another process may be creating the schema right now, so it is retried."""
+
+
 def _upgrade(conn: Connection, target: int, steps: Mapping[int, Migration]) -> int:
     found = schema_version(conn)
     if found is None:
         if inspect(conn).has_table("runs"):
-            raise SchemaVersionError("this database has a `runs` table but no scaffold schema version; "
+            raise _Unversioned("this database has a `runs` table but no scaffold schema version; "
                                      "it was not made by scaffold")
         Base.metadata.create_all(conn)
         conn.execute(insert(SchemaInfo).values(id=1, version=target))
