@@ -122,3 +122,19 @@ def check_two_writers(store: Store) -> None:
     runs = store.runs()
     assert len(runs) == 32
     assert all((r.status, r.calls, r.attempts) == ("ok", CALLS_PER_RUN, 1) for r in runs)
+
+
+def test_a_database_with_foreign_tables_is_still_refused_after_the_race_retries(tmp_path: Path) -> None:
+    """A `runs` table with no scaffold version is retried (a racing creator may be mid-way), then refused, typed."""
+    import sqlite3
+
+    from scaffold._errors import SchemaVersionError
+
+    path = tmp_path / "foreign.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, note TEXT)")
+        connection.execute("INSERT INTO runs (note) VALUES ('theirs')")
+    with pytest.raises(SchemaVersionError, match="not made by scaffold"):
+        Store(f"sqlite:///{path}")
+    with sqlite3.connect(path) as connection:  # nothing of theirs was touched
+        assert connection.execute("SELECT note FROM runs").fetchall() == [("theirs",)]
