@@ -1,4 +1,4 @@
-"""Portable pocket builds: the same bits on every x86-64 CPU, in a child process, with typed errors."""
+"""Portable pocket builds: pinned kernels in a child process (the same bits whatever the caller set), typed errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scaffold.pocket import BuildReport, PocketConfig, build_pocket_model
-from scaffold.pocket._portable import PORTABLE_ENV, UNSET, x86_64
+from scaffold.pocket._portable import PORTABLE_ENV, UNSET, cpu_name, x86_64
 
 pytestmark = pytest.mark.skipif(not x86_64(), reason="portable arithmetic is defined for x86-64 CPUs only")
 
@@ -40,6 +40,7 @@ def test_a_portable_build_ignores_the_callers_kernel_settings(clean_portable: tu
     assert weights(clean) == weights(tmp_path / "steered")
     assert first.arithmetic == second.arithmetic == "portable (MKL COMPATIBLE, ATen AVX2, x86_64)"
     assert json.loads((clean / "pocket_report.json").read_text())["arithmetic"] == first.arithmetic
+    assert first.cpu == cpu_name() != "" and json.loads((clean / "pocket_report.json").read_text())["cpu"] == first.cpu
     assert isinstance(first, BuildReport) and first.steps == 12 and first.eval["problems"] == 4
 
 

@@ -28,8 +28,8 @@ def pocket() -> None:
               help="The seconds-sized model of the tests (2 x 2-digit sums), not the default one.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds weights, data and checks.")
 @click.option("--native", is_flag=True,
-              help="Train with this CPU's fastest kernels (about 1.6x faster; another CPU trains another model) "
-                   "instead of the portable arithmetic that trains the same model on every x86-64 CPU.")
+              help="Train with this CPU's fastest kernels (about 1.6x faster) instead of the portable arithmetic "
+                   "(pinned MKL and ATen kernels, whatever the caller's settings).")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where models are cached (default: $SCAFFOLD_CACHE, else ~/.cache/scaffold).")
 def build(rebuild: bool, quick: bool, seed: int, native: bool, cache_dir: Path | None) -> None:

@@ -15,9 +15,9 @@ criterion of :class:`~scaffold.pocket.Regime` and keeps the best checkpoint
 (:class:`~scaffold.pocket._regime.Selection`). A climb can still cross the band without any
 checkpoint meeting the regime (a seed does so on some CPUs and not on others): then the build trains
 afresh from a derived seed, up to ``PocketConfig.attempts`` trainings, deciding on validation problems
-only. No wall-clock budget is involved anywhere. By default none of this depends on the CPU at all:
-the build runs in portable arithmetic (:mod:`scaffold.pocket._portable`), the same bits on every
-x86-64 machine, so the checkpoint a seed lands on is the one it landed on when it was chosen.
+only. No wall-clock budget is involved anywhere. By default the build runs in portable arithmetic
+(:mod:`scaffold.pocket._portable`): pinned kernels, the same model from run to run on one machine,
+though not the same on an Intel and an AMD processor (:attr:`BuildReport.cpu` says where it ran).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from scaffold.pocket._cache import REPORT
 from scaffold.pocket._config import FORMAT_VERSION, BuildReport, PocketConfig
 from scaffold.pocket._evaluate import check_accuracy, check_figures, evaluate_pocket
 from scaffold.pocket._examples import Example, Examples
-from scaffold.pocket._portable import arithmetic, build_in_child, in_portable_process, x86_64
+from scaffold.pocket._portable import arithmetic, build_in_child, cpu_name, in_portable_process, x86_64
 from scaffold.pocket._prompts import aggregate_prompt, encode_example
 from scaffold.pocket._regime import Selection
 from scaffold.pocket._task import PocketTask
@@ -67,9 +67,9 @@ def build_pocket_model(
     Saves the model and tokenizer with ``save_pretrained`` (the transformers backend, a vLLM server
     and the trainer all load the directory), ``scaffold.json`` (kind, config, format version) and
     ``pocket_report.json`` (the :class:`BuildReport`). Prints progress and the figures unless
-    ``progress=False``. Deterministic given ``config.seed`` and ``config.threads``; with
-    ``config.portable`` (the default) the same on every x86-64 CPU, the build then running in a
-    child process (see :mod:`scaffold.pocket._portable`).
+    ``progress=False``. Deterministic on one machine given ``config.seed`` and ``config.threads``;
+    with ``config.portable`` (the default) the build runs in a child process with pinned kernels
+    (see :mod:`scaffold.pocket._portable`).
 
     Example:
         >>> report = build_pocket_model("/tmp/pocket", PocketConfig(max_steps=300))  # doctest: +SKIP
@@ -126,6 +126,7 @@ def build_pocket_model(
         **held_out, in_regime=not misses, chosen_step=trained.chosen_step, checks=tuple(trained.checks),
         selection=tuple((c.step, c.figures) for c in trained.selection.checkpoints), eval=figures,
         attempts=attempt + 1, trained_seed=seeded.seed, confirmation=confirmation, arithmetic=arithmetic(),
+        cpu=cpu_name(),
     )
     (out / REPORT).write_text(json.dumps(asdict(report), indent=2) + "\n")
     say(format_report(report))
@@ -161,8 +162,9 @@ def format_report(report: BuildReport) -> str:
         f"pocket: kept step {report.chosen_step} of {report.steps}"
         + (f" (training {report.attempts}, seed {report.trained_seed})" if report.attempts > 1 else "")
         + f", {report.params / 1e6:.2f}M parameters, "
-        f"built in {report.build_seconds:.0f} s (training {report.train_seconds:.0f} s)\n"
-        f"  held-out, {int(e.get('problems', 0))} problems, temperature 1: pass@1 {report.pass1:.3f}  "
+        f"built in {report.build_seconds:.0f} s (training {report.train_seconds:.0f} s)"
+        + (f" on {report.cpu}" if report.cpu else "")
+        + f"\n  held-out, {int(e.get('problems', 0))} problems, temperature 1: pass@1 {report.pass1:.3f}  "
         f"pass@8 {report.pass8:.3f}  maj@8 {report.maj8:.3f}  maj@4 {report.maj4:.3f}  "
         f"agg@4 (greedy, own samples) {report.agg4:.3f}\n"
         f"  speed: {e.get('samples_per_second', 0):.0f} solutions/s, "
