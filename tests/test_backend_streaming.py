@@ -229,10 +229,14 @@ def test_leaving_a_transformers_stream_early_frees_the_batch(local):
         stream = local.stream(Request(prompt="count", seed=1, params={"max_tokens": 200}))
         await anext(stream)
         await stream.aclose()  # type: ignore[attr-defined]
-        return await local.complete(Request(prompt="count", params={"max_tokens": 3}))
+        return await asyncio.wait_for(local.complete(Request(prompt="count", params={"max_tokens": 3})), 60)
 
     (answer,) = asyncio.run(main())
-    assert answer.usage.completion_tokens == 3
+    # a random tiny model may sample its end token early: the answer ends at its own limit or at that token
+    tokens = answer.usage.completion_tokens
+    assert 1 <= tokens <= 3 and len(answer.token_ids or ()) == tokens
+    ended = answer.token_ids[-1] in local.eos_ids
+    assert answer.finish_reason == ("stop" if ended else "length") and (ended or tokens == 3)
 
 
 # -- any backend -----------------------------------------------------------------------------------------
