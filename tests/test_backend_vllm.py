@@ -243,7 +243,7 @@ def test_cancelled_call_is_aborted_and_the_engine_keeps_serving(engine: Any) -> 
         long = Request(prompt="count", params={"max_tokens": 900, "ignore_eos": True})
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(engine.complete(long), timeout=0.3)
-        return await engine.complete(Request(prompt="count", params={"max_tokens": 4}))
+        return await engine.complete(Request(prompt="count", params={"max_tokens": 4, "ignore_eos": True}))
 
     (c,) = asyncio.run(main())
     assert len(c.token_ids or ()) == 4
@@ -263,7 +263,7 @@ def test_bad_requests_raise_non_retryable_backend_errors(engine: Any) -> None:
         with pytest.raises(BackendError) as caught:
             run(engine, request)
         assert not caught.value.retryable
-    assert run(engine, chat(max_tokens=2))[0].usage.completion_tokens == 2
+    assert run(engine, chat(max_tokens=2, ignore_eos=True))[0].usage.completion_tokens == 2
 
 
 @pytest.mark.slow
@@ -351,7 +351,7 @@ def test_a_second_engine_in_the_same_process_is_refused(model_dir: Path, engine:
 
     with pytest.raises(RuntimeError, match="one in-process engine at a time"):
         VLLMBackend(model_dir)
-    assert run(engine, chat(max_tokens=2))[0].usage.completion_tokens == 2
+    assert run(engine, chat(max_tokens=2, ignore_eos=True))[0].usage.completion_tokens == 2
 
 
 def test_module_imports_without_vllm_and_names_the_extra() -> None:
