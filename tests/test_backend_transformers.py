@@ -232,7 +232,9 @@ def test_cancelled_call_does_not_block_later_calls(backend: TransformersBackend)
             await asyncio.wait_for(backend.complete(chat(max_tokens=500)), timeout=0.01)
         return await backend.complete(chat(max_tokens=3))
 
-    assert len(asyncio.run(main())[0].token_ids or ()) == 3
+    (answer,) = asyncio.run(main())
+    tokens = answer.token_ids or ()  # a random tiny model may sample its end token before its limit
+    assert 1 <= len(tokens) <= 3 and (len(tokens) == 3 or tokens[-1] in backend.eos_ids)
 
 
 def test_graph_run_records_token_ids_logprobs_and_usage(backend: TransformersBackend) -> None:

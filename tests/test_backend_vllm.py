@@ -524,7 +524,7 @@ def test_server_completions_return_token_ids_per_choice(server: VLLMServer, toke
     import httpx
 
     body = {"model": "tiny", "prompt": "The answer is", "n": 2, "max_tokens": 5, "logprobs": 0,
-            "return_token_ids": True}
+            "return_token_ids": True, "ignore_eos": True}
     reply = httpx.post(f"{server.base_url}/completions", json=body, timeout=60).json()
     for choice in reply["choices"]:
         assert choice["prompt_token_ids"] == tokenizer("The answer is")["input_ids"]
