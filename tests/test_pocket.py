@@ -184,8 +184,10 @@ def test_the_default_build_lands_in_the_aggregation_regime(pocket_default: tuple
     chosen = dict(report.selection)[report.chosen_step]
     assert Regime().holds(chosen, margin=0.05)  # the kept checkpoint met the regime with margin on validation
     assert Regime().holds(report.confirmation)  # ... and on the validation problems selection never read
-    if x86_64():  # portable arithmetic ran, and seed 0 landed at its first training on both CPUs measured
-        assert report.arithmetic.startswith("portable") and (report.attempts, report.trained_seed) == (1, 0)
+    if x86_64():  # portable arithmetic ran (seed 0 landed at its first training on both CPUs measured, but another
+        # CPU trains another model and may need the retry from seed 1000, which is the build working as designed)
+        assert report.arithmetic.startswith("portable") and report.trained_seed in (0, 1000)
+        assert report.cpu
 
 
 def test_saved_model_answers_through_the_transformers_backend(quick_model: tuple[Path, Any]) -> None:
