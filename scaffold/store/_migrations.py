@@ -72,7 +72,7 @@ def _upgrade(conn: Connection, target: int, steps: Mapping[int, Migration]) -> i
     if found is None:
         if inspect(conn).has_table("runs"):
             raise _Unversioned("this database has a `runs` table but no scaffold schema version; "
-                                     "it was not made by scaffold")
+                               "it was not made by scaffold")
         Base.metadata.create_all(conn)
         conn.execute(insert(SchemaInfo).values(id=1, version=target))
         return 0
