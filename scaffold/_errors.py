@@ -28,6 +28,8 @@
     │   ├── CallTimeout (TimeoutError)   one call ran past its timeout
     │   └── RunTimeout (TimeoutError)    the whole run ran past its timeout
     ├── StoreError (RuntimeError)        the trajectory store could not be opened, read or written
+    │   ├── RecordError (ValueError)     the store cannot record a value: a caller's (refused before the run)
+    │   │                                or one the database refused (only that run fails; names the field)
     │   ├── SchemaVersionError           the store's schema is newer than this code (or not scaffold's)
     │   └── ResumeError                  a recorded run id was run again with another graph, inputs or seed
     └── ClusterError (RuntimeError)      a Ray cluster cannot run the job (no Ray, an unsafe store, every worker lost)
@@ -182,6 +184,13 @@ class RunTimeout(RunError, TimeoutError):
 
 class StoreError(ScaffoldError, RuntimeError):
     """The trajectory store could not be opened, read or written (the message says which and why)."""
+
+
+class RecordError(StoreError, ValueError):
+    """A record the store cannot hold: a value passed by the caller (a non-finite reward, a dataset row
+    nested too deeply), refused before anything is written, or a run's record that the database refused
+    when it was written. Only that run fails (it ends as ``error``); the message names the run, the table,
+    the row and the field."""
 
 
 class SchemaVersionError(StoreError):

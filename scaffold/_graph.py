@@ -13,6 +13,7 @@ import asyncio
 import functools
 import inspect
 import random
+import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -31,6 +32,7 @@ from scaffold._result import RunResult
 from scaffold._sizes import check_run_sizes
 from scaffold._sync import no_running_loop, run_released
 from scaffold._types import Status
+from scaffold._values import check_seed, check_value, has_lone_surrogate
 from scaffold.store._default import DEFAULT, resolve_store
 
 if TYPE_CHECKING:
@@ -198,11 +200,15 @@ class Graph:
         ``run_id`` up in the store (for ids known to be new: a server's, which saves a store query per run).
         """
         self._check_inputs(inputs)
+        _check_run_values(inputs, seed, run_id)
         streaming = self._stream_nodes(stream_nodes) if on_delta is not None else frozenset()
         bound = bind_models(self, models)
         recorder, reuse = None, list[ReuseSource]()
         target = resolve_store(store)
         if target is not None:
+            failing = getattr(target, "write_error", None)
+            if failing is not None:  # the database cannot be written: refuse before paying for any call
+                raise failing
             if run_id is not None and resume:
                 prior = await asyncio.to_thread(target.replay_for, run_id, self.name, self.spec(), inputs, seed)
                 if prior is not None:
@@ -221,9 +227,11 @@ class Graph:
             subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget, reuse=reuse,
             on_delta=on_delta, stream_nodes=streaming, call_params=call_params,
         )
+        started = time.monotonic()
         result = await run.execute(timeout)
-        if recorder is not None:
-            await recorder.wait()
+        if recorder is not None:  # within the run's timeout (and at least a second more): a stuck store must
+            # not hold the caller forever
+            await recorder.wait(None if timeout is None else max(timeout - (time.monotonic() - started), 1.0))
         if result.error is not None and raise_on_error:
             error = result.error
             del result  # the traceback keeps this frame: a local leading back to the error would be a cycle
@@ -454,3 +462,20 @@ def _collect(value: Any, slots: list[list[Slot]]) -> Any:
         return [_collect(v, slots) for v in value]
     return value
 
+
+def _check_run_values(inputs: Mapping[str, Any], seed: Any, run_id: Any) -> None:
+    """Refuse, before the run starts, what no store or model API can take as given: a seed beyond 64 bits,
+    a run id or input text that is not valid Unicode, inputs nested deeper than the store records."""
+    if seed is not None:
+        problem = check_seed(seed)
+        if problem is not None:
+            raise InputError(problem)
+    if run_id is not None:
+        if not isinstance(run_id, str) or not run_id:
+            raise InputError(f"run_id must be a non-empty string, not {run_id!r}")
+        if "\x00" in run_id or has_lone_surrogate(run_id):
+            raise InputError("run_id holds a NUL character or a lone surrogate; use printable text")
+    for name, value in inputs.items():
+        problem = check_value(value, f"inputs.{name}")
+        if problem is not None:
+            raise InputError(problem)

@@ -35,7 +35,8 @@ def served(upstream, tmp_path):
         upstream,
         moa={"topology": "self_moa", "params": {"n": 3}, "models": {"solver": "up"},
              "sampling": ["temperature", "max_tokens"]},
-        vote={"topology": "self_consistency", "params": {"n": 4}, "models": {"solver": "up"}},
+        vote={"topology": "self_consistency", "params": {"n": 4}, "models": {"solver": "up"},
+              "max_params": {"n": 8}},
     ), store=str(store))
     with ServeThread(app) as server:
         server.store_path = store
@@ -127,7 +128,8 @@ def test_a_vote_graph_streams_progress_and_then_its_answer(served):
 
 
 def test_the_async_sdk_streams_and_answers_concurrent_requests_with_their_own_params(served, upstream):
-    """Concurrent async requests with different per-request params each run their own build."""
+    """Concurrent async requests with different per-request params each run their own build (lowered from the
+    served n=4, or raised up to its max_params bound of 8)."""
     import openai
 
     async def main():

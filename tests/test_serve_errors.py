@@ -32,7 +32,7 @@ def server(upstream, monkeypatch):
         "models": {"up": {"model": "hosted_vllm/m", "api_base": upstream.base_url, "retry": 2, "timeout": 1.0}},
         "served": {
             "vote": {"topology": "self_consistency", "params": {"n": 2}, "models": {"solver": "up"},
-                     "max_n": 2, "max_calls": 6, "timeout": 5, "max_timeout": 10,
+                     "max_n": 2, "max_calls": 6, "max_params": {"n": 8}, "timeout": 5, "max_timeout": 10,
                      "budget": {"tokens": 100000}, "max_budget": {"tokens": 200000}},
             "strict": {"topology": "single_sample", "models": {"solver": "up"}, "context": "refuse",
                        "request_params": False},
@@ -78,7 +78,10 @@ def test_malformed_bodies_are_400s_that_name_the_field(server, content, fragment
 
 @pytest.mark.parametrize(("change", "fragment", "param"), [
     ({"scaffold": {"params": {"nope": 3}}}, "per request; it takes: n", "scaffold.params"),
-    ({"scaffold": {"params": {"n": 9}}}, "would make up to 9 model calls", "scaffold.params"),
+    ({"scaffold": {"params": {"n": 7}}}, "could make up to 7 model calls", "scaffold.params"),
+    ({"scaffold": {"params": {"n": 9}}}, "scaffold.params.n=9 is more than model 'vote' allows: 8",
+     "scaffold.params.n"),
+    ({"scaffold": {"params": {"n": "2"}}}, "must be an integer", "scaffold.params.n"),
     ({"scaffold": {"params": {"prompt": "x"}}}, "does not take parameter(s) prompt per request", "scaffold.params"),
     ({"n": 3}, "n=3 is more than", "n"),
     ({"temperature": 0.5}, "does not pass temperature", "temperature"),
@@ -166,7 +169,7 @@ def test_metrics_count_requests_calls_and_tokens(server):
     """/metrics (Prometheus text) counts answered requests by status, model calls and tokens."""
     post(server, CHAT)
     post(server, {**CHAT, "n": 3})
-    text = httpx.get(server.url + "/metrics").text
+    text = httpx.get(server.url + "/metrics", headers={"authorization": f"Bearer {KEY}"}).text
     assert 'scaffold_requests_total{endpoint="chat",model="vote",status="200"} 1.0' in text
     assert 'scaffold_requests_total{endpoint="chat",model="vote",status="400"} 1.0' in text
     assert 'scaffold_model_calls_total{alias="solver",model="vote",status="ok"} 2.0' in text

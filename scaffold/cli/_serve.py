@@ -32,6 +32,14 @@ from scaffold.cli._options import split_params
 @click.option("--sampling", metavar="FIELDS", help="Request fields handed to every model call, comma-separated "
               "(temperature,max_tokens,...); default none.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds per request.")
+@click.option("--max-calls", type=click.IntRange(min=1), metavar="N",
+              help="Most model calls one request may make (its n runs, loops at their bound); default 1000.")
+@click.option("--max-param", "max_params", multiple=True, metavar="KEY=N",
+              help="Let requests raise integer parameter KEY up to N (repeatable); by default a request may only "
+                   "lower the served values (-p).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A Host header the server answers (repeatable; '*.example.com', '*' for any). Default: the "
+                   "loopback names when bound to loopback, any name otherwise.")
 @click.option("--host", metavar="HOST", help="Default: the config's, else 127.0.0.1.")
 @click.option("--port", type=click.IntRange(0, 65535), help="Default: the config's, else 8000.")
 @click.option("--api-keys-env", metavar="VAR", help="Accept the API keys in $VAR (comma-separated).")
@@ -41,7 +49,8 @@ from scaffold.cli._options import split_params
 @click.pass_obj
 def serve_command(handle: StoreHandle, topology: str | None, config_path: str | None, name: str | None,
                   params: tuple[str, ...], model_values: tuple[str, ...], api_base: str | None, prompts: str | None,
-                  sampling: str | None, timeout: float | None, host: str | None, port: int | None,
+                  sampling: str | None, timeout: float | None, max_calls: int | None, max_params: tuple[str, ...],
+                  allowed_hosts: tuple[str, ...], host: str | None, port: int | None,
                   api_keys_env: str | None, api_keys_file: str | None, check: bool) -> None:
     """Serve TOPOLOGY (or every model of --config) as an OpenAI-compatible API.
 
@@ -61,9 +70,9 @@ def serve_command(handle: StoreHandle, topology: str | None, config_path: str | 
 
     if (topology is None) == (config_path is None):
         raise click.UsageError("give a TOPOLOGY or --config FILE (one of them)")
-    if config_path is not None and (params or name or sampling or timeout or prompts):
-        raise click.UsageError("-p, --name, --prompts, --sampling and --timeout go with a TOPOLOGY; "
-                               "put them in the config's [served.NAME] table")
+    if config_path is not None and (params or name or sampling or timeout or prompts or max_calls or max_params):
+        raise click.UsageError("-p, --name, --prompts, --sampling, --timeout, --max-calls and --max-param go with "
+                               "a TOPOLOGY; put them in the config's [served.NAME] table")
     try:
         if config_path is not None:
             config = ServerConfig.load(config_path)
@@ -76,10 +85,14 @@ def serve_command(handle: StoreHandle, topology: str | None, config_path: str | 
                 served["sampling"] = [f.strip() for f in sampling.split(",") if f.strip()]
             if timeout is not None:
                 served["timeout"] = timeout
+            if max_calls is not None:
+                served["max_calls"] = max_calls
+            if max_params:
+                served["max_params"] = _int_params(max_params)
             config = ServerConfig.parse({"served": {name or topology.rpartition(":")[2]: served}})
         server = config.server.model_copy(update={k: v for k, v in (
-            ("host", host), ("port", port), ("api_keys_env", api_keys_env), ("api_keys_file", api_keys_file))
-            if v is not None})
+            ("host", host), ("port", port), ("api_keys_env", api_keys_env), ("api_keys_file", api_keys_file),
+            ("allowed_hosts", list(allowed_hosts) or None)) if v is not None})
         config = config.model_copy(update={"server": server})
         from scaffold.serve import api_keys, build_app
 
@@ -93,8 +106,21 @@ def serve_command(handle: StoreHandle, topology: str | None, config_path: str | 
     if check:
         click.echo(json.dumps({"served": listing, "auth": bool(keys)}, indent=2))
         return
-    from scaffold.serve._server import run_app
+    from scaffold.serve._http import is_loopback
+    from scaffold.serve._server import run_app, warn_open
 
+    if not is_loopback(server.host) and not keys:
+        warn_open("scaffold serve", server.host, "run its graphs and spend on its models")
     where = f"http://{server.host}:{server.port}/v1"
     click.echo(f"serving {', '.join(listing)} at {where}" + (" (API keys required)" if keys else ""), err=True)
     run_app(app, host=server.host, port=server.port, shutdown_timeout=server.shutdown_timeout, log_level="warning")
+
+
+def _int_params(values: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for value in values:
+        key, sep, number = value.partition("=")
+        if not sep or not key.strip() or not number.strip().lstrip("-").isdigit():
+            raise click.BadParameter(f"{value!r}: write KEY=N with an integer N", param_hint="--max-param")
+        out[key.strip()] = int(number)
+    return out

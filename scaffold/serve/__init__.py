@@ -21,7 +21,7 @@ Example:
     >>> served = load_server({"served": {"mini": {"topology": "self_consistency", "params": {"n": 3},
     ...                                            "models": {"solver": "hosted_vllm/x"}}}}, store="none")
     >>> served["mini"].models["solver"] = sf.Model(ScriptedBackend(lambda r: r"so \\boxed{4}"))
-    >>> with TestClient(create_app(served)) as client:
+    >>> with TestClient(create_app(served), base_url="http://localhost") as client:  # a name it answers to
     ...     reply = client.post("/v1/chat/completions", json={"model": "mini",
     ...                         "messages": [{"role": "user", "content": "2+2?"}]}).json()
     >>> reply["choices"][0]["message"]["content"], reply["scaffold"]["calls"]
@@ -31,9 +31,10 @@ Example:
 from scaffold.serve._app import create_app
 from scaffold.serve._config import BudgetSettings, ConfigError, ServedModelConfig, ServerConfig, ServerSettings
 from scaffold.serve._errors import ApiError
+from scaffold.serve._http import HttpLimits
 from scaffold.serve._metrics import Metrics
 from scaffold.serve._served import Plan, ServedGraph
-from scaffold.serve._server import api_keys, build_app, load_server, serve
+from scaffold.serve._server import api_keys, build_app, http_limits, load_server, serve
 from scaffold.serve._thread import ServeThread
 from scaffold.serve._wire import ChatMessage, ChatRequest, CompletionRequest, ScaffoldOptions
 
@@ -50,6 +51,8 @@ __all__ = [
     "create_app",
     "serve",
     "ServeThread",
+    "HttpLimits",
+    "http_limits",
     "api_keys",
     "ServedGraph",
     "Plan",

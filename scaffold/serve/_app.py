@@ -1,12 +1,16 @@
 """The ASGI app: OpenAI's endpoints over served graphs (FastAPI, run by uvicorn).
 
 ``POST /v1/chat/completions`` and ``/v1/completions`` (streamed or not), ``GET /v1/models``,
-``GET /health`` and ``GET /metrics`` (Prometheus). Bodies are read and validated here (pydantic), so
-every client mistake is a 400 in OpenAI's error shape naming the field — never FastAPI's 422 or a 500.
+``GET /health``, ``GET /metrics`` (Prometheus) and the API's own docs (``/docs``, ``/redoc``,
+``/openapi.json``, their assets served from the installed ``fastapi-offline`` package, no CDN). Bodies are
+read and validated here (:mod:`scaffold.serve._body`), so every client mistake is a 4xx in OpenAI's error
+shape naming the field — never FastAPI's 422 or a 500.
 
-Per request, in order: 1) the API key (constant-time comparison), 2) the body, 3) the served model
-(404), 4) its :class:`~scaffold.serve._served.Plan` (400s), 5) a place among the concurrent requests
-(429 when the queue is full), 6) the runs — cancelled if the client disconnects — 7) the answer.
+Per request, in order: 0) the ``Host`` header (:mod:`scaffold.serve._guard`; with keys set, ``/metrics``
+and the docs need a key there too), 1) the API key (constant-time comparison), 2) the body (415, 413, 408,
+400), 3) the served model (404), 4) its :class:`~scaffold.serve._served.Plan` (400s), 5) a place among the
+concurrent requests (429 when the queue is full), 6) the runs — cancelled if the client disconnects —
+7) the answer.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -24,7 +27,10 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from scaffold.serve._body import read_json
 from scaffold.serve._errors import ApiError, from_run_error
+from scaffold.serve._guard import LOOPBACK_HOSTS, Guard, HostCheck
+from scaffold.serve._http import HttpLimits
 from scaffold.serve._metrics import Metrics
 from scaffold.serve._responses import chat_body, completion_body, final_trace, headers
 from scaffold.serve._stream import EventStream, stream_runs
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
 
     from fastapi import FastAPI
 
+    from scaffold._events import Subscriber
     from scaffold._result import RunResult
     from scaffold.serve._served import Plan, ServedGraph
 
@@ -87,20 +94,23 @@ class Keys:
             return
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
-            raise ApiError(401, "missing API key: send `Authorization: Bearer KEY`", code="invalid_api_key")
+            raise ApiError(401, "missing API key: send `Authorization: Bearer KEY`", code="invalid_api_key",
+                           redact=False)
         digest = hashlib.sha256(given.strip().encode()).digest()
         found = False
         for known in self._digests:  # no early exit: every key is compared
             found |= hmac.compare_digest(digest, known)
         if not found:
-            raise ApiError(401, "invalid API key", code="invalid_api_key")
+            raise ApiError(401, "invalid API key", code="invalid_api_key", redact=False)
 
 
 class Handlers:
     """The endpoints of one app, over its served graphs, limits, keys and metrics."""
 
-    def __init__(self, served: Mapping[str, ServedGraph], gate: Gate, keys: Keys, metrics: Metrics) -> None:
+    def __init__(self, served: Mapping[str, ServedGraph], gate: Gate, keys: Keys, metrics: Metrics,
+                 limits: HttpLimits | None = None) -> None:
         self.served, self.gate, self.keys, self.metrics = served, gate, keys, metrics
+        self.limits = limits or HttpLimits()
         self.draining = False
 
     async def shutdown(self) -> None:
@@ -122,9 +132,30 @@ class Handlers:
         await asyncio.to_thread(close_stores)
 
     async def health(self) -> Response:
+        """``ok``, or 503 while draining or while a store the served models record into cannot be written.
+        With keys set it names no models (anyone may ask it)."""
         if self.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
-        return JSONResponse({"status": "ok", "models": sorted(self.served)})
+        failing = self.store_error()
+        body: dict[str, Any] = {"status": "ok" if failing is None else "store_unavailable"}
+        if not self.keys:
+            body["models"] = sorted(self.served)
+        if failing is not None:
+            body["error"] = "the store cannot be written" if self.keys else str(failing)
+            return JSONResponse(body, status_code=503, headers={"retry-after": "1"})
+        return JSONResponse(body)
+
+    def store_error(self) -> BaseException | None:
+        """Why a served model's store cannot be written now, or ``None`` (a default store not yet opened has
+        not failed)."""
+        from scaffold.store._default import DEFAULT, opened_default
+
+        for graph in self.served.values():
+            store = opened_default() if graph.store is DEFAULT else graph.store
+            failing = getattr(store, "write_error", None)
+            if failing is not None:
+                return failing  # type: ignore[no-any-return]
+        return None
 
     async def prometheus(self) -> Response:
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -155,7 +186,8 @@ class Handlers:
     async def answer(self, request: Request, chat: bool) -> Response:
         started = time.perf_counter()
         self.keys.check(request.headers.get("authorization"))
-        body = _parse(ChatRequest if chat else CompletionRequest, await request.body())
+        body: ChatRequest | CompletionRequest = await read_json(
+            request, ChatRequest if chat else CompletionRequest, self.limits)  # type: ignore[arg-type]
         graph = self.served.get(body.model)
         if graph is None:
             raise _unknown_model(body.model, self.served)
@@ -167,18 +199,17 @@ class Handlers:
             self.metrics.child(self.metrics.requests, graph.name, endpoint, str(exc.status)).inc()
             raise
         self.metrics.child(self.metrics.in_flight, graph.name).inc()
+        counter = self.metrics.calls_counter(graph.name)
         if body.stream:
-            return self.streamed(graph, plan, chat, body, started, endpoint)
+            return self.streamed(graph, plan, chat, body, started, endpoint, counter)
         try:
-            results = await _run_watched(request, graph, plan)
+            results = await _run_watched(request, graph, plan, counter)
         except ApiError as exc:  # the client went away
             self.metrics.child(self.metrics.requests, graph.name, endpoint, str(exc.status)).inc()
             raise
         finally:
             self.gate.leave()
             self.metrics.child(self.metrics.in_flight, graph.name).dec()
-        for result in results:
-            self.metrics.record_run(graph.name, result)
         status = 200
         try:
             traces = _answers(results)
@@ -197,23 +228,20 @@ class Handlers:
         return response
 
     def streamed(self, graph: ServedGraph, plan: Plan, chat: bool, body: Any, started: float,
-                 endpoint: str) -> Response:
+                 endpoint: str, counter: Subscriber) -> Response:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        finished: list[RunResult] = []
         metrics = self.metrics
 
         def first_content() -> None:
             metrics.child(metrics.ttft, graph.name).observe(time.perf_counter() - started)
 
         async def produce(emit: Any) -> None:
-            finished.extend(await stream_runs(graph, plan, emit, chat=chat, include_usage=include_usage,
-                                              first_content=first_content))
+            await stream_runs(graph, plan, emit, chat=chat, include_usage=include_usage,
+                              first_content=first_content, subscribers=(counter,))
 
         def closed(gone: bool) -> None:
             self.gate.leave()
             metrics.child(metrics.in_flight, graph.name).dec()
-            for result in finished:
-                metrics.record_run(graph.name, result)
             metrics.child(metrics.requests, graph.name, endpoint, "499" if gone else "200").inc()
             metrics.child(metrics.latency, graph.name, endpoint).observe(time.perf_counter() - started)
 
@@ -226,29 +254,37 @@ def error_response(error: ApiError) -> Response:
 
 
 def create_app(served: Mapping[str, ServedGraph], *, api_keys: Sequence[str] = (), max_concurrent_requests: int = 64,
-               max_queued_requests: int = 256) -> FastAPI:
+               max_queued_requests: int = 256, allowed_hosts: Sequence[str] | None = None,
+               limits: HttpLimits | None = None) -> Any:
     """The server's ASGI app for ``served`` (model name -> :class:`~scaffold.serve._served.ServedGraph`).
+
+    ``allowed_hosts``: the ``Host`` names it answers (default: the loopback names; ``["*"]`` for any, behind
+    a proxy that checks them). ``limits``: body size, read deadlines and connections
+    (:class:`~scaffold.serve.HttpLimits`; :class:`~scaffold.serve.ServeThread` and :func:`~scaffold.serve.serve`
+    apply the server-level ones). With ``api_keys``, every endpoint but ``/health`` needs a key.
 
     Example:
         >>> from scaffold.serve import load_server
         >>> app = create_app(load_server({"served": {"m": {"topology": "single_sample",
         ...                                                 "models": {"solver": "hosted_vllm/x"}}}}, store="none"))
-        >>> sorted(r.path for r in app.routes if "v1" in r.path)
+        >>> sorted(r.path for r in app.fastapi.routes if "v1" in r.path)
         ['/v1/chat/completions', '/v1/completions', '/v1/models', '/v1/models/{name:path}']
     """
-    from fastapi import FastAPI
+    from fastapi_offline import FastAPIOffline
     from starlette.exceptions import HTTPException
 
+    limits = limits or HttpLimits(max_connections=max_concurrent_requests + max_queued_requests + 256)
     metrics = Metrics()
-    handlers = Handlers(served, Gate(max_concurrent_requests, max_queued_requests, metrics), Keys(api_keys), metrics)
+    keys = Keys(api_keys)
+    handlers = Handlers(served, Gate(max_concurrent_requests, max_queued_requests, metrics), keys, metrics, limits)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await handlers.shutdown()
 
-    app = FastAPI(title="Scaffold", summary="Test-time-compute graphs as OpenAI-compatible models",
-                  lifespan=lifespan)
+    app = FastAPIOffline(title="Scaffold", summary="Test-time-compute graphs as OpenAI-compatible models",
+                         lifespan=lifespan)
     app.state.metrics, app.state.served, app.state.handlers = metrics, served, handlers
 
     async def api_error(request: Request, exc: Exception) -> Response:
@@ -276,26 +312,34 @@ def create_app(served: Mapping[str, ServedGraph], *, api_keys: Sequence[str] = (
 
     app.router.routes[:0] = [Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
                              Route("/v1/completions", handlers.completions, methods=["POST"])]  # matched first
-    return app
+    return ServerApp(app, Guard(app, hosts=HostCheck(LOOPBACK_HOSTS if allowed_hosts is None else allowed_hosts),
+                                error=_error_body, keys=keys, protected=_needs_key), limits)
 
 
-def _parse(model: type[ChatRequest] | type[CompletionRequest], raw: bytes) -> Any:
-    from pydantic import ValidationError
+class ServerApp:
+    """The served ASGI app: the FastAPI app behind its :class:`~scaffold.serve._guard.Guard`, with the limits
+    the HTTP server should apply (:class:`~scaffold.serve.ServeThread` and :func:`~scaffold.serve.serve` do)."""
 
-    from scaffold._validation import describe_errors, error_field
+    def __init__(self, fastapi: FastAPI, guarded: Guard, limits: HttpLimits) -> None:
+        self.fastapi = fastapi
+        self.state = fastapi.state
+        self.limits = limits
+        self._guarded = guarded
 
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the body is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the body must be a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()
-        param = error_field(errors[0]) if errors else None
-        raise ApiError(400, describe_errors(errors), param=param or None) from None
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._guarded(scope, receive, send)
+
+
+def _error_body(status: int, message: str, code: str | None) -> dict[str, Any]:
+    return ApiError(status, message, code=code, redact=False).body()
+
+
+_KEYED_PATHS = ("/metrics", "/docs", "/redoc", "/openapi.json")
+
+
+def _needs_key(path: str) -> bool:
+    """The pages the guard keeps behind a key (the API endpoints check it themselves)."""
+    return path.startswith(_KEYED_PATHS)
 
 
 def _unknown_model(name: str, served: Mapping[str, Any]) -> ApiError:
@@ -303,7 +347,7 @@ def _unknown_model(name: str, served: Mapping[str, Any]) -> ApiError:
                     code="model_not_found", param="model")
 
 
-async def _run_watched(request: Request, graph: ServedGraph, plan: Plan) -> list[RunResult]:
+async def _run_watched(request: Request, graph: ServedGraph, plan: Plan, counter: Subscriber) -> list[RunResult]:
     """Run every choice of ``plan`` (concurrently when ``n > 1``) in this task; if the client disconnects
     first, cancel them (every call in flight is recorded as cancelled) and answer 499."""
     budget = plan.new_budget()
@@ -320,9 +364,11 @@ async def _run_watched(request: Request, graph: ServedGraph, plan: Plan) -> list
     watcher = asyncio.ensure_future(_disconnect(request))
     watcher.add_done_callback(hung_up)
     try:
+        subscribers = (counter,)
         if plan.n == 1:  # no extra task: each one costs event-loop turns that queue behind every other request
-            return [await graph.run(plan, 0, budget=budget)]
-        return list(await asyncio.gather(*[graph.run(plan, i, budget=budget) for i in range(plan.n)]))
+            return [await graph.run(plan, 0, budget=budget, subscribers=subscribers)]
+        return list(await asyncio.gather(*[graph.run(plan, i, budget=budget, subscribers=subscribers)
+                                           for i in range(plan.n)]))
     except asyncio.CancelledError:
         if not gone:
             raise

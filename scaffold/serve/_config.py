@@ -9,6 +9,12 @@ A TOML file (every table but ``[served.NAME]`` is optional)::
     max_concurrent_requests = 64          # requests running graphs at once
     max_queued_requests = 256             # waiting beyond those: refused with 429
     shutdown_timeout = 30                 # seconds in-flight requests get to finish on SIGTERM
+    allowed_hosts = ["api.example.com"]   # Host headers accepted (default: loopback names on loopback, else any)
+    max_body_bytes = 8388608              # larger bodies: 413, before they are read
+    max_json_values = 100000              # more values (objects, arrays, items) in one body: 413, before parsing
+    read_timeout = 30                     # seconds to receive a request's head, and then its body (else 408)
+    keep_alive_timeout = 5                # an idle kept-alive connection is closed after this
+    max_connections = 1024                # open connections beyond this are answered 503
 
     [models.mini]                          # shared by every served graph that names it: one set of limits
     model = "openai/gpt-4o-mini"
@@ -25,7 +31,8 @@ A TOML file (every table but ``[served.NAME]`` is optional)::
     max_timeout = 600                      # ...or more, up to this
     budget = { tokens = 200000, dollars = 0.50 }       # per request; a request may lower it...
     max_budget = { tokens = 1000000, dollars = 2.0 }   # ...or raise it up to this
-    max_calls = 200                        # refuse requests whose graph would make more model calls
+    max_calls = 200                        # refuse requests that could make more model calls (default 1000)
+    max_params = { n = 16 }                # a request may raise these parameters up to this (others: only lower)
 
 Every table is a pydantic model with strict types and no unknown keys; an alias's table is the model
 registry's own :class:`~scaffold.backends._entry.ModelEntry`. Errors name the field
@@ -46,13 +53,17 @@ from scaffold._errors import GraphDefinitionError
 from scaffold._validation import describe_errors
 from scaffold.backends._entry import ModelEntry
 
-__all__ = ["BudgetSettings", "ConfigError", "ServedModelConfig", "ServerConfig", "ServerSettings", "SAMPLING_FIELDS"]
+__all__ = ["BudgetSettings", "ConfigError", "ServedModelConfig", "ServerConfig", "ServerSettings", "SAMPLING_FIELDS",
+           "DEFAULT_MAX_CALLS"]
 
 SAMPLING_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "presence_penalty",
                    "frequency_penalty")
 """Request fields a served graph may hand to its model calls (``sampling = [...]``)."""
 
-Seconds = Annotated[float, Field(gt=0)]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+DEFAULT_MAX_CALLS = 1000
+"""``max_calls`` when a served model does not set it."""
+MiB = 1 << 20
 
 
 class ConfigError(GraphDefinitionError):
@@ -60,7 +71,7 @@ class ConfigError(GraphDefinitionError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class BudgetSettings(_Strict):
@@ -85,14 +96,20 @@ class ServedModelConfig(_Strict):
     description: str | None = None
     request_params: list[str] | Literal[True, False] = True
     """Build parameters a request may set in ``scaffold.params``: a list, ``true`` (every parameter whose
-    default is a number or a boolean: sizes, steps, temperatures, not prompts or aliases) or ``false``."""
+    default is a number or a boolean: sizes, steps, temperatures, not prompts or aliases) or ``false``.
+    An integer parameter (a size: ``n``, ``k``, ``steps``...) may only be lowered from its configured value
+    (``params``, else the topology's default), unless ``max_params`` lets it be raised."""
+    max_params: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    """The highest value a request may give each integer parameter named here (above its configured value)."""
     sampling: list[str] = Field(default_factory=list)
     """Request fields (of :data:`SAMPLING_FIELDS`) handed to every model call of the run."""
     timeout: Seconds | None = None
     max_timeout: Seconds | None = None
     budget: BudgetSettings | None = None
     max_budget: BudgetSettings | None = None
-    max_calls: Annotated[int, Field(ge=1)] | None = None
+    max_calls: Annotated[int, Field(ge=1)] = DEFAULT_MAX_CALLS
+    """Most model calls one request may make (``n`` runs of the graph, loops counted at their bound); a
+    request whose graph could make more is a 400 before anything runs."""
     max_n: Annotated[int, Field(ge=1)] = 8
     """Largest ``n`` (independent runs) one request may ask for."""
     tools: bool = False
@@ -111,6 +128,8 @@ class ServedModelConfig(_Strict):
                              f"{', '.join(SAMPLING_FIELDS)}")
         if self.timeout is not None and self.max_timeout is not None and self.timeout > self.max_timeout:
             raise ValueError("`timeout` is larger than `max_timeout`")
+        if self.max_params and self.request_params is False:
+            raise ValueError("`max_params` names parameters, but `request_params = false` lets a request set none")
         return self
 
 
@@ -129,6 +148,23 @@ class ServerSettings(_Strict):
     store: str | None = None
     """Where requests are recorded (default: the command line's ``--store``, ``$SCAFFOLD_STORE`` or
     ``./scaffold.db``); ``"none"`` records nothing."""
+    allowed_hosts: list[str] | None = None
+    """``Host`` header values accepted (``"api.example.com"``, ``"*.example.com"``, ``"*"`` for any; ports
+    are ignored). Default: the loopback names (``localhost``, ``127.0.0.1``, ``::1``) when bound to a
+    loopback address, which defeats DNS rebinding; any host when bound beyond loopback."""
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 8 * MiB
+    """Largest request body; a larger one is answered 413 without being read (or as soon as it passes)."""
+    max_json_values: Annotated[int, Field(ge=100)] = 100_000
+    """Most JSON values (objects, arrays and their items) in one body; more is a 413 before parsing, which
+    bounds how long one body can hold the event loop."""
+    read_timeout: Seconds = 30.0
+    """Seconds a client has to send a request's head, and then its whole body (else the connection is
+    closed, or the request answered 408)."""
+    keep_alive_timeout: Annotated[int, Field(ge=1)] = 5
+    """Seconds an idle kept-alive connection stays open."""
+    max_connections: Annotated[int, Field(ge=1)] | None = None
+    """Open connections (and tasks) beyond which new requests are answered 503 by the HTTP server;
+    default ``max_concurrent_requests + max_queued_requests + 256``."""
 
 
 class ServerConfig(_Strict):

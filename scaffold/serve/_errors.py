@@ -1,13 +1,18 @@
 """Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}`` with the right status.
 
 =====  ==========================  ====================================================================
- 400   ``invalid_request_error``   a malformed body, an unknown field or parameter, a budget too small
+ 400   ``invalid_request_error``   a malformed body, an unknown field or parameter, a budget too small,
+                                   a ``Host`` the server does not answer for
  401   ``authentication_error``    a missing or wrong API key
  404   ``not_found_error``         an unknown model (``code: model_not_found``) or path
+ 408   ``invalid_request_error``   the body did not arrive within ``read_timeout``
+ 413   ``invalid_request_error``   the body is larger than ``max_body_bytes`` or holds more than ``max_json_values``
+ 415   ``invalid_request_error``   the body is not ``application/json``
  429   ``rate_limit_error``        the server's own queue is full (``Retry-After`` says when to retry)
  502   ``upstream_error``          a model the graph calls failed after its retries
+ 503   ``server_error``            the store cannot be written now (``Retry-After``), or the server is draining
  504   ``timeout_error``           the request ran past its timeout, or an upstream call timed out
- 500   ``server_error``            a bug of ours: never for a client's mistake
+ 500   ``server_error``            a bug of ours, or a record the store refused: never for a client's mistake
 =====  ==========================  ====================================================================
 
 Messages pass through the secret redactor: a provider's error that quotes a key never reaches a client.
@@ -25,15 +30,18 @@ from scaffold._errors import (
     ContextLengthError,
     GraphError,
     InputError,
+    RecordError,
     RequestTimeout,
     RunError,
     RunTimeout,
+    StoreError,
 )
 
 __all__ = ["ApiError", "from_run_error"]
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+          405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+          415: "invalid_request_error", 431: "invalid_request_error", 429: "rate_limit_error",
           502: "upstream_error", 503: "server_error", 504: "timeout_error", 500: "server_error"}
 
 
@@ -46,25 +54,33 @@ class ApiError(Exception):
     """
 
     def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, redact: bool = True) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
         self.param = param
         self.headers = headers or {}
+        self.redact = redact
+        """Pass the message through the secret redactor (``False`` only for the server's own fixed texts)."""
 
     def body(self) -> dict[str, Any]:
         from scaffold._secrets import environment_secrets, redact
 
-        return {"error": {"message": redact(self.message, environment_secrets()),
-                          "type": _TYPES.get(self.status, "server_error"), "param": self.param, "code": self.code}}
+        message = redact(self.message, environment_secrets()) if self.redact else self.message
+        return {"error": {"message": message, "type": _TYPES.get(self.status, "server_error"), "param": self.param,
+                          "code": self.code}}
 
 
 def from_run_error(exc: BaseException) -> ApiError:
     """The answer to a run that failed with ``exc``: whose fault it was decides the status."""
     cause = _root(exc)
     line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(cause, RecordError):
+        return ApiError(500, f"the store refused this request's record: {line}", code="store_refused")
+    if isinstance(cause, StoreError):
+        return ApiError(503, f"the store cannot record requests now; retry shortly ({line})", code="store_unavailable",
+                        headers={"retry-after": "1"})
     if isinstance(cause, ContextLengthError):
         return ApiError(400, line, code="context_length_exceeded")
     if isinstance(exc, BudgetExceeded) or isinstance(cause, BudgetExceeded):

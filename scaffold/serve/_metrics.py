@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scaffold._result import RunResult
+    from scaffold._events import Event, Subscriber
 
 __all__ = ["Metrics"]
 
@@ -57,30 +57,29 @@ class Metrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
-    def record_run(self, model: str, result: RunResult) -> None:
-        """Count a finished run's model calls, tokens and cost."""
+    def calls_counter(self, model: str) -> Subscriber:
+        """A run subscriber counting each model call of served model ``model`` as it finishes (its status,
+        tokens and cost): calls cancelled when a client goes away are counted too."""
+        from scaffold._events import TraceFinished
         from scaffold._types import TraceKind
 
-        calls: dict[tuple[str, str], int] = {}
-        prompt = completion = 0
-        cost = 0.0
-        for trace in result.traces:
+        def count(event: Event) -> None:
+            if type(event) is not TraceFinished:
+                return
+            trace = event.trace
             if trace.kind is not TraceKind.MODEL:
-                continue
-            key = (trace.model or "", str(trace.status))
-            calls[key] = calls.get(key, 0) + 1
-            prompt += trace.usage.prompt_tokens
-            completion += trace.usage.completion_tokens
-            if trace.cost is not None:
-                cost += trace.cost
-        for (alias, status), count in calls.items():
-            self.child(self.calls, model, alias, status).inc(count)
-        if prompt:
-            self.child(self.tokens, model, "prompt").inc(prompt)
-        if completion:
-            self.child(self.tokens, model, "completion").inc(completion)
-        if cost:
-            self.child(self.cost, model).inc(cost)
+                return
+            self.child(self.calls, model, trace.model or "", str(trace.status)).inc()
+            usage = trace.usage
+            if usage.prompt_tokens:
+                self.child(self.tokens, model, "prompt").inc(usage.prompt_tokens)
+            if usage.completion_tokens:
+                self.child(self.tokens, model, "completion").inc(usage.completion_tokens)
+            if trace.cost:
+                self.child(self.cost, model).inc(trace.cost)
+
+        count.__name__ = "metrics"
+        return count
 
     def render(self) -> bytes:
         """The text exposition format."""

@@ -8,13 +8,16 @@ timeout and budget live in that request's :class:`Plan`, never in shared state.
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scaffold._errors import GraphError
+from scaffold._errors import GraphError, InputError, StoreError
+from scaffold._values import INT64, check_value
 from scaffold.serve._config import BudgetSettings, ConfigError, ServedModelConfig
 from scaffold.serve._errors import ApiError
 from scaffold.serve._wire import ChatMessage, ChatRequest, CompletionRequest
@@ -102,26 +105,55 @@ class ServedGraph:
         from scaffold.cli._plugins import topologies
 
         defaults = topologies().topology(self.config.topology).defaults
+        self.configured = {**defaults, **self.config.params}
+        """Every build parameter's value as served (the config's, else the topology's default)."""
         choice = self.config.request_params
         if choice is True:
-            return [k for k, v in defaults.items() if isinstance(v, (int, float, bool))]
-        if choice is False:
-            return []
-        unknown = sorted(set(choice) - set(defaults))
-        if unknown:
-            raise ConfigError(f"served model {self.name!r}: `request_params` names unknown parameter(s) "
-                              f"{', '.join(unknown)}; the topology's: {', '.join(defaults)}")
-        return list(choice)
+            allowed = [k for k, v in self.configured.items() if isinstance(v, (int, float, bool))]
+        elif choice is False:
+            allowed = []
+        else:
+            unknown = sorted(set(choice) - set(defaults))
+            if unknown:
+                raise ConfigError(f"served model {self.name!r}: `request_params` names unknown parameter(s) "
+                                  f"{', '.join(unknown)}; the topology's: {', '.join(defaults)}")
+            allowed = list(choice)
+        for key in self.config.max_params:
+            if key not in allowed or not _is_int(self.configured.get(key)):
+                raise ConfigError(f"served model {self.name!r}: `max_params.{key}` names no integer parameter a "
+                                  f"request may set; those are: "
+                                  f"{', '.join(k for k in allowed if _is_int(self.configured.get(k))) or 'none'}")
+        return allowed
 
-    def graph_for(self, params: Mapping[str, Any]) -> Graph:
-        """The graph built with a request's parameters (cached; a bad one is an :class:`ApiError` 400)."""
-        if not params:
-            return self.graph
+    def _check_params(self, params: Mapping[str, Any]) -> None:
+        """A request's parameters: allowed, of their served type (no coercion), integers not above their bound."""
         refused = sorted(set(params) - set(self.allowed_params))
         if refused:
             allowed = ", ".join(self.allowed_params) or "none"
             raise ApiError(400, f"model {self.name!r} does not take parameter(s) {', '.join(refused)} per request; "
                                 f"it takes: {allowed}", param="scaffold.params")
+        for key, value in params.items():
+            served = self.configured.get(key)
+            where = f"scaffold.params.{key}"
+            if _is_int(served) and not _is_int(value) or isinstance(served, bool) and not isinstance(value, bool) \
+                    or isinstance(served, float) and not (_is_int(value) or isinstance(value, float)):
+                raise ApiError(400, f"{where} must be {_kind(served)}, like its served value {served!r}; "
+                                    f"got {value!r}", param=where)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ApiError(400, f"{where} must be a finite number", param=where)
+            if _is_int(served):
+                bound = self.config.max_params.get(key, served)
+                if value > bound:
+                    how = ("its `max_params` bound" if key in self.config.max_params else
+                           "its served value (a request may lower it; the server's `max_params` may allow more)")
+                    raise ApiError(400, f"{where}={value} is more than model {self.name!r} allows: {bound}, {how}",
+                                   param=where)
+
+    def graph_for(self, params: Mapping[str, Any]) -> Graph:
+        """The graph built with a request's parameters (cached; a bad one is an :class:`ApiError` 400)."""
+        if not params:
+            return self.graph
+        self._check_params(params)
         key = tuple(sorted((k, repr(v)) for k, v in params.items()))
         graph = self._builds.get(key)
         if graph is not None:
@@ -148,6 +180,10 @@ class ServedGraph:
             raise ApiError(400, f"unsupported field(s): {', '.join(unsupported)}", param=unsupported[0])
         if body.n > config.max_n:
             raise ApiError(400, f"n={body.n} is more than model {self.name!r} allows ({config.max_n})", param="n")
+        for where, value in (("tools", getattr(body, "tools", None)), ("scaffold.params", body.scaffold.params)):
+            problem = check_value(value, where) if value else None
+            if problem is not None:
+                raise ApiError(400, problem, param=where)
         call_params, refused = body.sampling(config.sampling)
         if refused:
             allowed = ", ".join(config.sampling) or "none"
@@ -155,13 +191,16 @@ class ServedGraph:
                                 f"it passes: {allowed}", param=refused[0])
         options = body.scaffold
         graph = self.graph_for(options.params)
-        if config.max_calls is not None:
-            calls = sum(graph.count_calls().values()) * body.n
-            if calls > config.max_calls:
-                raise ApiError(400, f"this request would make up to {calls} model calls; model {self.name!r} "
-                                    f"allows {config.max_calls}", param="scaffold.params")
+        calls = sum(graph.count_calls().values()) * body.n
+        if calls > config.max_calls:
+            raise ApiError(400, f"this request could make up to {calls} model calls; model {self.name!r} "
+                                f"allows {config.max_calls} per request (lower n or scaffold.params)",
+                           param="scaffold.params" if options.params else "n")
         inputs = self._inputs(graph, body)
         seed = options.seed if options.seed is not None else body.seed
+        if seed is not None and seed + body.n - 1 > INT64[1]:
+            raise ApiError(400, f"seed={seed}: with n={body.n} the runs' seeds (seed + i) pass 2**63 - 1",
+                           param="scaffold.seed" if options.seed is not None else "seed")
         progress = options.progress if options.progress is not None else config.progress
         mode = None if progress is False else ("comments" if progress == "comments" else "reasoning")
         return Plan(graph=graph, inputs=inputs, n=body.n, seed=seed, timeout=self._timeout(options.timeout),
@@ -241,12 +280,20 @@ class ServedGraph:
 
     async def run(self, plan: Plan, choice: int, *, budget: Budget | None, on_delta: DeltaSink | None = None,
                   subscribers: Sequence[Subscriber] = ()) -> RunResult:
-        """Run choice ``choice`` of ``plan`` (recorded in the store); failures are in the result."""
+        """Run choice ``choice`` of ``plan`` (recorded in the store); failures are in the result, those of the
+        store (a refused record, a database that cannot be written) and of the inputs included."""
         seed = None if plan.seed is None else plan.seed + choice
-        return await plan.graph.run(
-            plan.inputs, models=self.models, seed=seed, run_id=plan.run_ids[choice], timeout=plan.timeout,
-            subscribers=subscribers, raise_on_error=False, budget=budget, store=self.store, on_delta=on_delta,
-            call_params=plan.call_params or None, resume=False)
+        started = time.time()
+        try:
+            return await plan.graph.run(
+                plan.inputs, models=self.models, seed=seed, run_id=plan.run_ids[choice], timeout=plan.timeout,
+                subscribers=subscribers, raise_on_error=False, budget=budget, store=self.store, on_delta=on_delta,
+                call_params=plan.call_params or None, resume=False)
+        except (StoreError, InputError, GraphError) as exc:
+            from scaffold._result import RunResult
+
+            return RunResult(run_id=plan.run_ids[choice], graph=plan.graph.name, inputs=plan.inputs, seed=seed or 0,
+                             status="error", output=None, error=exc, started_at=started, finished_at=time.time())
 
 
 def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model], made: dict[str, Any], *,
@@ -296,6 +343,14 @@ def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"served model {name!r}: {_message(exc)}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    return "a boolean" if isinstance(value, bool) else "an integer" if _is_int(value) else "a number"
 
 
 def served_aliases(name: str, config: ServedModelConfig) -> list[str]:

@@ -8,14 +8,15 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scaffold.serve._config import ConfigError, ServerConfig
+from scaffold.serve._config import ConfigError, ServerConfig, ServerSettings
+from scaffold.serve._guard import default_hosts
+from scaffold.serve._http import HttpLimits, is_loopback, uvicorn_config
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
+    from scaffold.serve._app import ServerApp
     from scaffold.serve._served import ServedGraph
 
-__all__ = ["api_keys", "build_app", "load_server", "serve"]
+__all__ = ["api_keys", "build_app", "http_limits", "load_server", "serve"]
 
 
 def _config(source: ServerConfig | str | PathLike[str] | Mapping[str, Any]) -> ServerConfig:
@@ -92,15 +93,28 @@ def api_keys(settings_env: str | None = None, settings_file: str | PathLike[str]
 
 def build_app(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], *, store: Any = None,
               defaults: Mapping[str | None, str] | None = None, api_base: str | None = None,
-              keys: Sequence[str] | None = None) -> FastAPI:
-    """The ASGI app of a config (served graphs, keys and limits from it). ``keys`` overrides the config's."""
+              keys: Sequence[str] | None = None) -> ServerApp:
+    """The ASGI app of a config (served graphs, keys, allowed hosts and limits from it). ``keys`` overrides the
+    config's. Unless the config names ``allowed_hosts``, the app answers the loopback names when the config's
+    host is a loopback address, any name otherwise."""
     from scaffold.serve._app import create_app
 
     config = _config(source)
+    settings = config.server
     served = load_server(config, store=store, defaults=defaults, api_base=api_base)
-    chosen = list(keys) if keys is not None else api_keys(config.server.api_keys_env, config.server.api_keys_file)
-    return create_app(served, api_keys=chosen, max_concurrent_requests=config.server.max_concurrent_requests,
-                      max_queued_requests=config.server.max_queued_requests)
+    chosen = list(keys) if keys is not None else api_keys(settings.api_keys_env, settings.api_keys_file)
+    hosts = settings.allowed_hosts if settings.allowed_hosts is not None else default_hosts(settings.host)
+    return create_app(served, api_keys=chosen, max_concurrent_requests=settings.max_concurrent_requests,
+                      max_queued_requests=settings.max_queued_requests, allowed_hosts=hosts,
+                      limits=http_limits(settings))
+
+
+def http_limits(settings: ServerSettings) -> HttpLimits:
+    """The HTTP limits of a ``[server]`` table."""
+    connections = settings.max_connections or settings.max_concurrent_requests + settings.max_queued_requests + 256
+    return HttpLimits(max_body_bytes=settings.max_body_bytes, max_json_values=settings.max_json_values,
+                      read_timeout=settings.read_timeout, keep_alive_timeout=settings.keep_alive_timeout,
+                      max_connections=connections)
 
 
 def serve(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], *, host: str | None = None,
@@ -113,15 +127,29 @@ def serve(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], *, hos
         serve({"served": {"rsa": {"topology": "rsa", "models": {"solver": "openai/gpt-4o-mini"}}}}, port=8000)
     """
     config = _config(source)
+    if host is not None:
+        config = config.model_copy(update={"server": config.server.model_copy(update={"host": host})})
     app = build_app(config, store=store, defaults=defaults, api_base=api_base)
-    run_app(app, host=host or config.server.host, port=config.server.port if port is None else port,
+    if not is_loopback(config.server.host) and not app.state.handlers.keys:
+        warn_open("scaffold serve", config.server.host, "run its graphs and spend on its models")
+    run_app(app, host=config.server.host, port=config.server.port if port is None else port,
             shutdown_timeout=config.server.shutdown_timeout, log_level=log_level)
 
 
 def run_app(app: Any, *, host: str, port: int, shutdown_timeout: float, log_level: str = "info") -> None:
-    """Run an app under uvicorn until SIGINT/SIGTERM, letting in-flight requests finish first."""
+    """Run an app under uvicorn until SIGINT/SIGTERM, letting in-flight requests finish first, with the app's
+    :class:`HttpLimits` (``app.limits``) applied."""
     import uvicorn
 
-    settings = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                              timeout_graceful_shutdown=int(shutdown_timeout), access_log=False)
-    uvicorn.Server(settings).run()
+    limits = getattr(app, "limits", None) or HttpLimits()
+    uvicorn.Server(uvicorn_config(app, host=host, port=port, limits=limits, shutdown_timeout=shutdown_timeout,
+                                  log_level=log_level)).run()
+
+
+def warn_open(what: str, host: str, can: str) -> None:
+    """Say, at startup, that a server bound beyond loopback with no key lets anyone who reaches it ``can``."""
+    import logging
+
+    logging.getLogger("scaffold.serve").warning(
+        "%s listens on %s with no API key: anyone who can reach this port can %s. Set api_keys_env or "
+        "api_keys_file (--api-keys-env), or bind to 127.0.0.1 behind a proxy that authenticates.", what, host, can)

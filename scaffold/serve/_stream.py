@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
@@ -27,6 +27,7 @@ from scaffold.serve._errors import ApiError, from_run_error
 from scaffold.serve._responses import accounting, chunk, final_trace, finish_reason
 
 if TYPE_CHECKING:
+    from scaffold._events import Subscriber
     from scaffold._result import RunResult
     from scaffold._types import Delta
     from scaffold.serve._served import Plan, ServedGraph
@@ -104,7 +105,7 @@ async def _disconnected(receive: Any) -> None:
 
 
 async def stream_runs(served: ServedGraph, plan: Plan, emit: Emit, *, chat: bool, include_usage: bool,
-                      first_content: Callable[[], None]) -> list[RunResult]:
+                      first_content: Callable[[], None], subscribers: Sequence[Subscriber] = ()) -> list[RunResult]:
     """Run ``plan``'s choices, emitting chunks; returns the results (failed ones included)."""
     model, created = served.name, int(time.time())
     response_id = ("chatcmpl-" if chat else "cmpl-") + plan.run_ids[0]
@@ -133,10 +134,10 @@ async def stream_runs(served: ServedGraph, plan: Plan, emit: Emit, *, chat: bool
             emit(_data(chunk(chat, response_id, model, created, choice, role=True, content="")))
     budget = plan.new_budget()
     results: list[RunResult | None] = [None] * plan.n
+    watchers: tuple[Subscriber, ...] = (*subscribers, progress) if progress is not None else tuple(subscribers)
 
     async def one(choice: int) -> None:
-        subscribers = (progress,) if progress is not None else ()
-        result = await served.run(plan, choice, budget=budget, subscribers=subscribers,
+        result = await served.run(plan, choice, budget=budget, subscribers=watchers,
                                   on_delta=on_delta if streamed_node is not None else None)
         results[choice] = result
         if result.error is not None:

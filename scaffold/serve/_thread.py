@@ -10,7 +10,8 @@ __all__ = ["ServeThread"]
 
 
 class ServeThread:
-    """Runs an ASGI app under uvicorn on 127.0.0.1 in a daemon thread (``port=0``: a free port).
+    """Runs an ASGI app under uvicorn on 127.0.0.1 in a daemon thread (``port=0``: a free port), with the
+    app's :class:`~scaffold.serve.HttpLimits` (``app.limits``) applied.
 
     Example:
         >>> from scaffold.serve import load_server, create_app
@@ -43,8 +44,11 @@ class ServeThread:
     def start(self) -> ServeThread:
         import uvicorn
 
-        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=int(self.shutdown_timeout) or 1, lifespan="on")
+        from scaffold.serve._http import HttpLimits, uvicorn_config
+
+        limits = getattr(self.app, "limits", None) or HttpLimits()
+        config = uvicorn_config(self.app, host=self.host, port=self.port, limits=limits,
+                                shutdown_timeout=self.shutdown_timeout, lifespan="on")
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # not the main thread
         self._thread = threading.Thread(target=self._server.run, name="scaffold-serve", daemon=True)

@@ -3,6 +3,9 @@
 Fields the server cannot honour are refused with a 400 that names them — never dropped in silence —
 except a few that change nothing about the answer (:data:`HARMLESS_FIELDS`). Per-request options go in
 the body's ``scaffold`` object (``extra_body={"scaffold": {...}}`` in the ``openai`` SDK).
+
+Types are strict, as JSON has them: ``"n": "3"``, ``"n": true`` and ``"stream": "yes"`` are refused, not
+coerced; numbers must be finite and integers fit their use (a seed in 64 bits, token counts in 32).
 """
 
 from __future__ import annotations
@@ -19,8 +22,13 @@ HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "paral
 """Fields accepted when they ask for nothing (``null``, ``false``, empty, ``{"type": "text"}``...)."""
 
 
+INT32_MAX = 2**31 - 1
+INT64 = (-(2**63), 2**63 - 1)
+_STRICT = ConfigDict(strict=True, frozen=True, allow_inf_nan=False)
+
+
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", **_STRICT)
 
     def unsupported(self) -> list[str]:
         """Fields set that the server does not support (``extra`` ones that ask for something)."""
@@ -48,9 +56,9 @@ def _asks_nothing(key: str, value: Any) -> bool:
 class BudgetRequest(BaseModel):
     """A per-request budget (capped by the served model's ``max_budget``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", **_STRICT)
 
-    tokens: Annotated[int, Field(ge=1)] | None = None
+    tokens: Annotated[int, Field(ge=1, le=INT64[1])] | None = None
     dollars: Annotated[float, Field(gt=0)] | None = None
 
 
@@ -62,7 +70,7 @@ class ScaffoldOptions(BaseModel):
         {'n': 4}
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", **_STRICT)
 
     params: dict[str, Any] = Field(default_factory=dict)
     """Build parameters for this request only (checked against the graph's and the config's allowed ones)."""
@@ -71,12 +79,12 @@ class ScaffoldOptions(BaseModel):
     timeout: Annotated[float, Field(gt=0)] | None = None
     """Seconds this request may run (capped by the config's ``max_timeout``)."""
     budget: BudgetRequest | None = None
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=INT64[0], le=INT64[1])] | None = None
     """Fixes every random choice of the run (the OpenAI ``seed`` field does the same)."""
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", **_STRICT)
 
     include_usage: bool = False
 
@@ -84,7 +92,7 @@ class StreamOptions(BaseModel):
 class ChatMessage(BaseModel):
     """One message; ``content`` is a string or a list of text parts."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", **_STRICT)
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
@@ -109,17 +117,17 @@ Stop = str | list[str] | None
 
 class _Sampling(_Body):
     model: str
-    n: Annotated[int, Field(ge=1)] = 1
+    n: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None
     stop: Stop = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=INT64[0], le=INT64[1])] | None = None
     scaffold: ScaffoldOptions = Field(default_factory=ScaffoldOptions)
 
     def sampling(self, allowed: list[str]) -> tuple[dict[str, Any], list[str]]:

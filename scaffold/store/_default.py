@@ -59,6 +59,16 @@ def resolve_store(store: Any) -> Store | None:
         return opened
 
 
+def opened_default() -> Store | None:
+    """The default store if this process has opened it (``None`` before first use, or when it is off)."""
+    target = default_target()
+    if target is None:
+        return None
+    key = target if "://" in target else str(Path(target).expanduser().resolve())
+    with _lock:
+        return _opened.get(key)
+
+
 def close_stores() -> None:
     """Close every store opened from a URL or path by ``store=`` (they reopen on next use)."""
     with _lock:

@@ -84,12 +84,25 @@ class Recorder:
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
 
-        self.writer.put(("end", end, done))
+        try:
+            self.writer.put(("end", end, done))
+        except BaseException as exc:  # a closed store: the waiter must hear it, not wait forever
+            _settle(durable, exc)
+            raise
 
-    async def wait(self) -> None:
-        """Return once everything the run recorded is written; raise :class:`StoreError` if it was not."""
-        if self._durable is not None:
+    async def wait(self, timeout: float | None = None) -> None:
+        """Return once everything the run recorded is written; raise :class:`StoreError` if it was not, or
+        if that is not confirmed within ``timeout`` seconds."""
+        if self._durable is None:
+            return
+        if timeout is None:
             await self._durable
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._durable), timeout)
+        except TimeoutError:
+            raise StoreError(f"the store did not confirm this run's record within {timeout:.3g}s (the run's "
+                             "timeout); it may still be written") from None
 
 
 def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import time
 import weakref
@@ -14,9 +15,10 @@ from sqlalchemy import Engine, create_engine, event, make_url, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from scaffold._errors import ResumeError, StoreError
+from scaffold._errors import RecordError, ResumeError, StoreError
 from scaffold._json import to_json
 from scaffold._types import Trace, TraceKind
+from scaffold._values import check_value, has_lone_surrogate
 from scaffold.store import _query as query
 from scaffold.store._migrations import upgrade
 from scaffold.store._recorder import Recorder
@@ -123,15 +125,43 @@ class Store:
     def add_reward(self, value: float, *, run_id: str, call_id: str | None = None, source: str = "user",
                    metadata: Mapping[str, Any] | None = None) -> None:
         """Record a reward for a call (``call_id``, a trace id) or for the whole run (written in order with
-        the run's calls; call :meth:`flush` to wait for it)."""
+        the run's calls; call :meth:`flush` to wait for it). A reward whose run or call the store does not
+        have is dropped with a warning in the ``scaffold.store`` log.
+
+        Raises :class:`~scaffold.RecordError` at once for what no store can hold: a value that is not a
+        finite number, a ``source`` longer than 100 characters, text that is not valid Unicode, metadata
+        nested more than 64 levels deep."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise RecordError(f"a reward must be a finite number, not {value!r}")
+        if not isinstance(source, str) or len(source) > 100:
+            raise RecordError("a reward's source must be a string of at most 100 characters")
+        for text, what in ((run_id, "run_id"), (call_id, "call_id"), (source, "source")):
+            if text is not None and (not isinstance(text, str) or "\x00" in text or has_lone_surrogate(text)):
+                raise RecordError(f"a reward's {what} must be text without NUL characters or lone surrogates")
+        _check_record(metadata or {}, "the reward's metadata")
         self.writer.put(("reward", {"run_id": run_id, "call_id": call_id, "value": float(value), "source": source,
                                     "created_at": time.time(), "metadata": to_json(metadata or {})}))
 
     def add_dataset(self, name: str, rows: Iterable[Mapping[str, Any]] = (), *, source: str | None = None) -> None:
-        """Register a dataset and its rows (``Graph.map(dataset=...)`` registers the rows it runs)."""
+        """Register a dataset and its rows (``Graph.map(dataset=...)`` registers the rows it runs).
+
+        Raises :class:`~scaffold.RecordError` before writing anything if a name or row cannot be recorded
+        as given (text that is not valid Unicode, a NUL in the name, rows nested more than 64 levels)."""
+        rows = list(rows)
+        for text, what in ((name, "dataset name"), (source, "dataset source")):
+            if text is not None and (not isinstance(text, str) or "\x00" in text or has_lone_surrogate(text)):
+                raise RecordError(f"the {what} must be text without NUL characters or lone surrogates")
+        for position, row in enumerate(rows):
+            _check_record(row, f"row {position} of dataset {name!r}")
         self.writer.put(("dataset", {"name": name, "source": source, "created_at": time.time()}))
         for position, row in enumerate(rows):
             self.writer.put(("item", {"dataset": name, "position": position, "data": to_json(row)}))
+
+    @property
+    def write_error(self) -> StoreError | None:
+        """Why this store cannot write now (its database unreachable, read-only or full; checked again every
+        second), or ``None`` while it can. New runs are refused with this error while it is set."""
+        return self.writer.error
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything recorded so far is written."""
@@ -140,11 +170,11 @@ class Store:
     def close(self) -> None:
         """Write what is queued and release the database."""
         self.writer.close()
-        if self.writer.error is not None:
-            self.engine.dispose()
-            raise self.writer.error
+        failure = self.writer.failure
         self.engine.dispose()
         _OPEN.discard(self)
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> Store:
         return self
@@ -289,6 +319,12 @@ class Store:
     def cache(self) -> ResponseCache:
         """A response cache over this store's finished calls (see :mod:`scaffold.store._reuse`)."""
         return ResponseCache(self)
+
+
+def _check_record(value: Any, where: str) -> None:
+    problem = check_value(value, where)
+    if problem is not None:
+        raise RecordError(problem)
 
 
 def _spec_of(conn: Any, run_id: str) -> Any:

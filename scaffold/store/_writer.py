@@ -7,33 +7,48 @@ memory stays bounded however fast calls finish. Writes are idempotent upserts ke
 run id and trace id, so a resumed run that records a trace again replaces its row
 instead of duplicating it.
 
-A batch that fails is retried; if it still fails the writer stops, remembers the error,
-and every later ``put`` and every pending run ending raises :class:`StoreError`: a store
-that cannot record must not let runs go on as if it had.
+Values are made storable before they reach the database (:mod:`scaffold.store._storable`). One
+refused record must not cost any other run its record, so a failed batch is handled in steps:
+
+1. a batch that fails for a passing reason (a locked file, a dropped connection) is retried whole;
+2. a batch the database refuses is written again one run at a time: every other run in it is kept;
+3. within the refused run, its records are written one at a time: the run keeps every trace that fits,
+   and ends as ``error`` with a :class:`~scaffold._errors.RecordError` naming the run, the table, the
+   row and the field. A refused run whose end comes later still ends as ``error``.
+
+When the database itself cannot be written (unreachable, read-only, full), every waiter of the batch
+gets a :class:`~scaffold._errors.StoreError`, :attr:`Writer.failure` says why (``/health`` reads it), new
+runs are refused at their start, and the thread tries the database again every second until it answers.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import JSON, Engine, Table, Text, bindparam, cast, func, select, update
+from sqlalchemy import JSON, Engine, Table, Text, bindparam, cast, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from scaffold._errors import StoreError
+from scaffold._errors import RecordError, StoreError
 from scaffold._types import Trace, TraceKind
+from scaffold._values import json_data
 from scaffold.store import _codec as codec
 from scaffold.store._schema import CALLS, DATASETS, EDGES, ITEMS, REQUESTS, REWARDS, RUNS
+from scaffold.store._storable import Columns, diagnose
 
 _log = logging.getLogger("scaffold.store")
 
 Done = Callable[[BaseException | None], None]
 """Called on the writer thread once a record is durable (``None``) or could not be written."""
+
+_REFUSED_KEPT = 10_000
+_PROBE_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -48,7 +63,10 @@ class _Batch:
     edges: dict[tuple[str, int], tuple[str, int, str]] = field(default_factory=dict)
     ends: list[dict[str, Any]] = field(default_factory=list)
     rewards: list[dict[str, Any]] = field(default_factory=list)
-    done: list[Done] = field(default_factory=list)
+    done: list[tuple[str | None, Done]] = field(default_factory=list)
+    """Waiters, with the run each one waits for (``None``: the whole batch, a flush)."""
+    records: list[tuple[Any, ...]] = field(default_factory=list)
+    """The records as queued, to write them again in smaller parts if the database refuses the batch."""
     size: int = 0
 
 
@@ -61,12 +79,16 @@ class Writer:
         if dialect not in ("sqlite", "postgresql"):
             raise StoreError(f"the store supports SQLite and PostgreSQL, not {dialect!r}")
         self.engine = engine
-        self._no_nul = dialect == "postgresql"  # PostgreSQL text cannot hold a NUL character
+        self.dialect = dialect
         self._insert = insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         bulk = _Bulk if dialect == "sqlite" else _ColumnBulk
         self._requests = bulk(engine, REQUESTS, codec.REQUEST_COLUMNS, keys=None)
         self._calls = bulk(engine, CALLS, codec.CALL_COLUMNS, keys=("id",))
         self._edges = bulk(engine, EDGES, codec.EDGE_COLUMNS, keys=("call_id", "position"))
+        self._call_columns = Columns(CALLS, codec.CALL_COLUMNS, dialect)
+        self._request_columns = Columns(REQUESTS, codec.REQUEST_COLUMNS, dialect)
+        self._edge_columns = Columns(EDGES, codec.EDGE_COLUMNS, dialect)
+        self._end_columns = Columns(RUNS, ("id", *_END_COLUMNS), dialect)
         runs = insert(RUNS)  # a run started again (resumed) keeps its row and counts the attempt
         self._run_upsert = runs.on_conflict_do_update(
             index_elements=["id"],
@@ -77,7 +99,11 @@ class Writer:
         self.batch_size = batch_size
         self.linger = linger
         self.retries = retries
-        self.error: StoreError | None = None
+        self.failure: StoreError | None = None
+        """Why the database could not be written the last time it was tried, ``None`` while it can."""
+        self._refused: OrderedDict[str, RecordError] = OrderedDict()
+        """Runs whose records the database refused (their ends are written as ``error``), oldest first."""
+        self._stage = ""
         self.written = 0
         """Trace rows written so far (a counter for benchmarks and tests)."""
         self.max_queue = max_queue
@@ -92,17 +118,25 @@ class Writer:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def error(self) -> StoreError | None:
+        """Why this writer cannot write now: closed with its thread gone, or the database failing."""
+        if not self._thread.is_alive() and not self._closed:
+            return StoreError("the store's writer thread is not running")
+        return self.failure
+
     # -- producer side (any thread) ---------------------------------------------------------
     def put(self, record: tuple[Any, ...]) -> None:
-        """Queue one record; waits while the queue is full. Raises if the writer has failed.
+        """Queue one record; waits while the queue is full. Raises if the store is closed, and refuses
+        a new run (a ``"run"`` record) while the database cannot be written.
 
         A deque append and, only when the writer sleeps, one wake-up: the recorder calls this
         on the event loop for every trace, so it must cost well under a microsecond.
         """
-        if self.error is not None:
-            raise self.error
         if self._closed:
             raise StoreError("the store is closed")
+        if self.failure is not None and record[0] == "run":
+            raise self.failure
         items = self._items
         items.append(record)
         if not self._wake.is_set():
@@ -111,7 +145,7 @@ class Writer:
             self._wait_for_room()
 
     def _wait_for_room(self) -> None:
-        while len(self._items) >= self.max_queue and self.error is None and self._thread.is_alive():
+        while len(self._items) >= self.max_queue and self._thread.is_alive():
             self._room.clear()
             self._room.wait(0.05)
 
@@ -121,10 +155,9 @@ class Writer:
         return len(self._items)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until everything queued so far is written (raises the writer's error, if any)."""
+        """Wait until everything queued so far is written or refused; raises :class:`StoreError` if the
+        database could not be written (a run's refused record is reported to that run, not here)."""
         if self._closed and not self._thread.is_alive():
-            if self.error is not None:
-                raise self.error
             return
         written = threading.Event()
         failure: list[BaseException] = []
@@ -154,53 +187,60 @@ class Writer:
         items, wake = self._items, self._wake
         stop = False
         while not stop:
-            wake.wait()
+            if self.failure is not None and not items:
+                wake.wait(_PROBE_SECONDS)
+                self._probe()
+            else:
+                wake.wait()
             wake.clear()
             if len(items) < self.batch_size and self.linger:
                 time.sleep(self.linger)  # let a batch gather: one transaction for many calls
             while items and not stop:
                 batch = _Batch()
                 while items and batch.size < self.batch_size and not stop:
-                    stop = self._add_safely(batch, items.popleft())
+                    record = items.popleft()
+                    batch.records.append(record)
+                    stop = self._add_safely(batch, record)
                 self._write(batch)
                 self._room.set()
 
+    def _probe(self) -> None:
+        """While the database is failing: clear :attr:`failure` as soon as it answers again."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception:
+            return
+        self.failure = None
+
     def _add_safely(self, batch: _Batch, record: tuple[Any, ...]) -> bool:
-        """:meth:`_add`; a record that cannot be converted fails the store instead of killing this thread
+        """:meth:`_add`; a record that cannot be converted fails its run instead of killing this thread
         (a dead writer would leave every run waiting for its ending forever)."""
         try:
             return self._add(batch, record)
         except Exception as exc:
-            if self.error is None:
-                self.error = StoreError(f"the store could not encode a {record[0]!r} record: "
-                                        f"{type(exc).__name__}: {exc}")
+            run = _run_of(record)
+            refusal = RecordError(f"the store could not encode a {record[0]!r} record of run {run!r}: "
+                                  f"{type(exc).__name__}: {exc}")
+            _log.warning("%s", refusal)
+            if run is not None:
+                self._remember(run, refusal)
+            done = _done_of(record)
+            if done is not None:
+                batch.done.append((run, _failing(done, refusal)))
             return False
 
     def _add(self, batch: _Batch, record: tuple[Any, ...]) -> bool:
         kind = record[0]
         batch.size += 1
         if kind == "trace":
-            trace: Trace = record[1]
-            key = None
-            request = trace.request
-            if request is not None and trace.kind is TraceKind.MODEL:
-                key = batch.request_keys.get(id(request))
-                if key is None:
-                    values = codec.request_values(request)
-                    key = batch.request_keys[id(request)] = values[0]
-                    batch.requests.setdefault(key, _without_nul(values) if self._no_nul else values)
-            values = codec.call_values(trace, key, record[2])
-            batch.calls[trace.id] = _without_nul(values) if self._no_nul else values
-            if trace.inputs:
-                for edge in codec.edge_values(trace):
-                    batch.edges[edge[:2]] = edge
+            self._add_trace(batch, record[1], record[2])
         elif kind == "run":
             row = record[1]
+            self._refused.pop(row["id"], None)  # started again (resumed): a new chance
             batch.runs[row["id"]] = row
         elif kind == "end":
-            batch.ends.append({k: _without_nul(v) for k, v in record[1].items()} if self._no_nul else record[1])
-            if record[2] is not None:
-                batch.done.append(record[2])
+            self._add_end(batch, record[1], record[2])
         elif kind == "dataset":
             batch.datasets.setdefault(record[1]["name"], record[1])
         elif kind == "item":
@@ -209,51 +249,302 @@ class Writer:
         elif kind == "reward":
             batch.rewards.append(record[1])
         elif kind == "flush":
-            batch.done.append(record[1])
+            batch.done.append((None, record[1]))
         elif kind == "stop":
             return True
         return False
 
+    def _add_trace(self, batch: _Batch, trace: Trace, backend: str | None) -> None:
+        key = None
+        request = trace.request
+        if request is not None and trace.kind is TraceKind.MODEL:
+            key = batch.request_keys.get(id(request))
+            if key is None:
+                values = codec.request_values(request)
+                if not self._request_columns.fits(values):
+                    values = self._request_columns.repair(values)[0]
+                key = batch.request_keys[id(request)] = values[0]
+                batch.requests.setdefault(key, values)
+        batch.calls[trace.id] = self._call_row(trace, key, backend)
+        if trace.inputs:
+            for edge in codec.edge_values(trace):
+                if not self._edge_columns.fits(edge):
+                    edge = self._edge_columns.repair(edge)[0]  # type: ignore[assignment]
+                batch.edges[edge[:2]] = edge
+
+    def _add_end(self, batch: _Batch, end: dict[str, Any], done: Done | None) -> None:
+        end = self._end_row(end)
+        refused = self._refused.get(end["id"])
+        if refused is not None:  # an earlier record of this run was refused: it ends as an error
+            end = {**end, "status": "error", "error": str(refused)}
+        batch.ends.append(end)
+        if done is not None:
+            if refused is not None:
+                batch.done.append((end["id"], _failing(done, refused)))
+            else:
+                batch.done.append((end["id"], done))
+
+    def _call_row(self, trace: Trace, key: str | None, backend: str | None) -> tuple[Any, ...]:
+        """The ``calls`` row of ``trace``, made storable (:mod:`scaffold.store._storable`)."""
+        changed: list[str] = []
+        try:
+            values = codec.call_values(trace, key, backend)
+        except (OverflowError, TypeError, ValueError, RecursionError):
+            values, changed = _repaired_call(trace, key, backend)
+        columns = self._call_columns
+        if not changed and columns.fits(values):
+            return values
+        values, more = columns.repair(values)
+        changed += more
+        if changed:
+            meta = json.loads(values[-1])
+            meta["sanitised"] = sorted(set(changed))
+            values = (*values[:-1], json.dumps(meta, allow_nan=False))
+        return values
+
+    def _end_row(self, end: dict[str, Any]) -> dict[str, Any]:
+        columns = self._end_columns
+        row = tuple(json.dumps(end[name]) if name == "output" else end[name] for name in columns.names)
+        if columns.fits(row):
+            return end
+        fixed = columns.repair(row)[0]
+        out = dict(zip(columns.names, fixed))
+        out["output"] = json.loads(out["output"])
+        return out
+
+    def _remember(self, run: str, refusal: RecordError) -> None:
+        self._refused[run] = refusal
+        self._refused.move_to_end(run)
+        while len(self._refused) > _REFUSED_KEPT:
+            self._refused.popitem(last=False)
+
+    # -- writing, and what to do when the database refuses -------------------------------------------
     def _write(self, batch: _Batch) -> None:
-        if self.error is None:
-            for attempt in range(self.retries + 1):
-                try:
-                    with self.engine.begin() as conn:
-                        self._statements(conn, batch)
-                    self.written += len(batch.calls)
-                    break
-                except Exception as exc:  # not only DBAPIError: an OverflowError must reach the waiters too
-                    if attempt == self.retries or not _transient(exc):
-                        self.error = StoreError(f"the store could not write a batch of {len(batch.calls)} "
-                                                f"calls: {type(exc).__name__}: {_short(exc)}")
-                        break
-                    time.sleep(0.1 * 2**attempt)
-        for done in batch.done:
+        error = self._commit(batch)
+        if error is None:
+            self.failure = None
+            self._settle(batch.done, None)
+        elif not _transient(error):  # the database refused something in it: find what, keep the rest
+            self._write_in_parts(batch, error)
+        else:  # the database, not the records: new runs are refused until it answers again
+            self.failure = StoreError(f"the store could not write a batch of {len(batch.calls)} calls: "
+                                      f"{type(error).__name__}: {_short(error)}")
+            _log.error("%s", self.failure)
+            self._settle(batch.done, self.failure)
+
+    def _commit(self, batch: _Batch) -> BaseException | None:
+        """Write ``batch`` in one transaction, retrying passing failures; the last error, or ``None``."""
+        for attempt in range(self.retries + 1):
             try:
-                done(self.error)
-            except Exception:  # a waiter's loop may be closed; the record is written either way
+                with self.engine.begin() as conn:
+                    self._statements(conn, batch)
+                self.written += len(batch.calls)
+                return None
+            except Exception as exc:  # not only DBAPIError: an OverflowError must reach the waiters too
+                if attempt == self.retries or not _transient(exc):
+                    return exc
+                time.sleep(0.1 * 2**attempt)
+        return None  # pragma: no cover - the loop always returns
+
+    def _write_in_parts(self, batch: _Batch, error: BaseException) -> None:
+        """Write a refused batch again: datasets and items one by one, then one run at a time, then one record
+        at a time within a refused run."""
+        groups: dict[str | None, list[tuple[Any, ...]]] = {}
+        for record in batch.records:
+            groups.setdefault(_run_of(record), []).append(record)
+        flushes: list[tuple[str | None, Done]] = []
+        shared = groups.pop(None, [])
+        for record in shared:
+            if record[0] == "flush":
+                flushes.append((None, record[1]))
+            else:
+                self._write_records([record], None)
+        for run, records in groups.items():
+            part = self._build(records)
+            failed = error if len(groups) == 1 and not shared else self._commit(part)
+            if failed is None:
+                self._settle(part.done, None)
+            elif _transient(failed):
+                self._settle(part.done, StoreError(f"the store could not write run {run!r}: {_short(failed)}"))
+            else:
+                assert run is not None
+                self._write_run_record_by_record(run, records, failed)
+        self._settle(flushes, self.failure)
+
+    def _write_run_record_by_record(self, run: str, records: list[tuple[Any, ...]], first: BaseException) -> None:
+        """Keep what fits of a refused run: each record on its own; the run ends as ``error`` naming the first
+        refused record."""
+        refusal: RecordError | None = None
+        waiting: list[tuple[str | None, Done]] = []
+        for record in records:
+            if record[0] == "end":
+                waiting.extend(self._build([record]).done)
+                continue
+            why = self._write_records([record], run)
+            if why is not None and refusal is None:
+                refusal = why
+        if refusal is None:  # every record fitted alone: the batch failed for a reason seen only together
+            refusal = RecordError(f"the store refused the records of run {run!r}: {_short(first)}")
+        self._remember(run, refusal)
+        _log.warning("%s", refusal)
+        ends = [r for r in records if r[0] == "end"]
+        row = ends[-1][1] if ends else {"id": run}
+        self._mark_failed(row, refusal)
+        self._settle(waiting, refusal)
+
+    def _write_records(self, records: list[tuple[Any, ...]], run: str | None) -> RecordError | None:
+        part = self._build(records)
+        error = self._commit(part)
+        if error is None:
+            self._settle(part.done, None)
+            return None
+        where = self._diagnosis(part) or f"{self._stage or 'a'} row"
+        owner = f" of run {run!r}" if run is not None else ""
+        refusal = RecordError(f"the store refused {_record_name(records[0])}{owner}: {where} "
+                              f"({type(error).__name__}: {_short(error)})")
+        if run is None:
+            _log.warning("%s", refusal)
+        self._settle(part.done, refusal)
+        return refusal
+
+    def _build(self, records: Iterable[tuple[Any, ...]]) -> _Batch:
+        part = _Batch()
+        for record in records:
+            part.records.append(record)
+            self._add_safely(part, record)
+        return part
+
+    def _mark_failed(self, end: dict[str, Any], refusal: RecordError) -> None:
+        """End a refused run as ``error`` with the reason (its row may hold earlier, committed records)."""
+        row = self._end_row({**{name: end.get(name) for name in _END_COLUMNS}, "id": end["id"], "status": "error",
+                             "error": str(refusal), "finished_at": end.get("finished_at") or time.time(),
+                             "output": None})
+        values = {name: row[name] for name in _END_COLUMNS if row[name] is not None or name in ("output", "answer")}
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(update(RUNS).where(RUNS.c.id == end["id"]).values(values))
+        except Exception as exc:  # the run's row itself was refused: there is nothing to mark
+            _log.warning("could not mark run %r as failed: %s", end["id"], _short(exc))
+
+    def _diagnosis(self, part: _Batch) -> str | None:
+        """The first field of ``part``'s rows that its table cannot hold, described."""
+        tables: list[tuple[Table, Iterable[dict[str, Any]]]] = [
+            (DATASETS, part.datasets.values()), (ITEMS, part.items.values()), (RUNS, part.runs.values()),
+            (REQUESTS, (dict(zip(codec.REQUEST_COLUMNS, row)) for row in part.requests.values())),
+            (CALLS, (dict(zip(codec.CALL_COLUMNS, row)) for row in part.calls.values())),
+            (EDGES, (dict(zip(codec.EDGE_COLUMNS, row)) for row in part.edges.values())),
+            (RUNS, part.ends), (REWARDS, part.rewards)]
+        for table, rows in tables:
+            for row in rows:
+                found = diagnose(table, row, self.dialect)
+                if found is not None:
+                    key = row.get("id") or row.get("name") or row.get("call_id")
+                    return f"{found} (row {key!r})" if key is not None else found
+        return None
+
+    @staticmethod
+    def _settle(waiters: Iterable[tuple[str | None, Done]], error: BaseException | None) -> None:
+        for _run, done in waiters:
+            try:
+                done(error)
+            except Exception:  # a waiter's loop may be closed; the record is written (or refused) either way
                 pass
 
     def _statements(self, conn: Any, batch: _Batch) -> None:
         insert = self._insert
         if batch.datasets:
+            self._stage = "datasets"
             conn.execute(insert(DATASETS).on_conflict_do_nothing(), list(batch.datasets.values()))
         if batch.items:
+            self._stage = "items"
             conn.execute(insert(ITEMS).on_conflict_do_nothing(), list(batch.items.values()))
         if batch.runs:
+            self._stage = "runs"
             conn.execute(self._run_upsert, list(batch.runs.values()))
         if batch.requests:
+            self._stage = "requests"
             self._requests.execute(conn, batch.requests.values())
         if batch.calls:
+            self._stage = "calls"
             self._calls.execute(conn, batch.calls.values())
         if batch.edges:
+            self._stage = "edges"
             self._edges.execute(conn, batch.edges.values())
         if batch.ends:
+            self._stage = "run end"
             conn.execute(self._run_end, [{f"b_{k}": v for k, v in end.items()} for end in batch.ends])
         if batch.rewards:
+            self._stage = "rewards"
             rewards = _known_targets(conn, batch.rewards)
             if rewards:
                 conn.execute(REWARDS.insert(), rewards)
+        self._stage = ""
+
+
+def _failing(done: Done, error: BaseException) -> Done:
+    """``done`` told ``error`` whatever the batch's outcome (a record already known to be refused)."""
+
+    def settle(_outcome: BaseException | None) -> None:
+        done(error)
+
+    return settle
+
+
+def _run_of(record: tuple[Any, ...]) -> str | None:
+    """The run a queued record belongs to (``None`` for datasets, items and flushes)."""
+    kind = record[0]
+    if kind == "trace":
+        return record[1].run_id  # type: ignore[no-any-return]
+    if kind in ("run", "end"):
+        return record[1]["id"]  # type: ignore[no-any-return]
+    if kind == "reward":
+        return record[1]["run_id"]  # type: ignore[no-any-return]
+    return None
+
+
+def _done_of(record: tuple[Any, ...]) -> Done | None:
+    if record[0] == "end":
+        return record[2]  # type: ignore[no-any-return]
+    if record[0] == "flush":
+        return record[1]  # type: ignore[no-any-return]
+    return None
+
+
+def _record_name(record: tuple[Any, ...]) -> str:
+    kind = record[0]
+    if kind == "trace":
+        return f"trace {record[1].id!r}"
+    if kind == "dataset":
+        return f"dataset {record[1]['name']!r}"
+    if kind == "item":
+        return f"row {record[1]['position']} of dataset {record[1]['dataset']!r}"
+    return {"run": "the run's row", "end": "the run's end", "reward": "a reward"}.get(kind, f"a {kind!r} record")
+
+
+def _repaired_call(trace: Trace, key: str | None, backend: str | None) -> tuple[tuple[Any, ...], list[str]]:
+    """``codec.call_values`` of a trace whose token ids, logprobs or metadata cannot be packed as they are."""
+    import dataclasses
+    import math
+
+    changed: list[str] = []
+    token_ids, logprobs, metadata = trace.token_ids, trace.logprobs, trace.metadata
+    try:
+        codec.pack_ints(token_ids)
+    except (OverflowError, TypeError, ValueError):
+        token_ids = None
+        changed.append("token_ids")
+    try:
+        codec.pack_floats(logprobs)
+    except (OverflowError, TypeError, ValueError):
+        logprobs = tuple(float(v) if isinstance(v, (int, float)) else math.nan for v in logprobs or ())
+        changed.append("logprobs")
+    try:
+        codec.call_values(dataclasses.replace(trace, token_ids=None, logprobs=None), key, backend)
+    except (OverflowError, TypeError, ValueError, RecursionError):
+        metadata = json_data(dict(metadata))
+        changed.append("metadata")
+    fixed = dataclasses.replace(trace, token_ids=token_ids, logprobs=logprobs, metadata=metadata)
+    return codec.call_values(fixed, key, backend), changed
 
 
 def _upsert(insert: Any, table: Table, columns: tuple[str, ...], keys: tuple[str, ...] | None,
@@ -313,15 +604,6 @@ def _from_array(column: Any, kind: Any) -> Any:
 
 _END_COLUMNS = ("status", "error", "finished_at", "output", "answer", "calls", "prompt_tokens",
                 "completion_tokens", "cost")
-
-
-def _without_nul(value: Any) -> Any:
-    """``value`` with each NUL character replaced by U+FFFD (a string, or the strings of a tuple)."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
-    if isinstance(value, tuple):
-        return tuple(_without_nul(v) for v in value)
-    return value
 
 
 def _known_targets(conn: Any, rewards: list[dict[str, Any]]) -> list[dict[str, Any]]:

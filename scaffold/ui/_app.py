@@ -11,26 +11,53 @@ Routes (all ``GET``):
 - ``/health``.
 
 Handlers are plain functions (Starlette runs them in its thread pool, off the event loop, since the store
-is synchronous). Mistakes come back as JSON ``{"error": ...}`` with 400 or 404, never as a 500.
+is synchronous). Mistakes come back as JSON ``{"error": ...}`` with 400 or 404, never as a 500: query
+values are checked (integers in range, finite times, text without NUL characters, at most 1,000 characters).
+
+Every response carries a Content-Security-Policy that allows only this server's own scripts and styles (no
+inline script, no framing: ``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff`` and a
+``Referrer-Policy``; requests whose ``Host`` is not one this server answers for are refused (DNS rebinding):
+the loopback names by default (:mod:`scaffold.serve._guard`).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from scaffold._errors import EvaluationError, StoreError
+from scaffold._values import has_lone_surrogate, json_data
 from scaffold.store._store import Store
 from scaffold.ui import _data
 
 STATIC = Path(__file__).resolve().parent / "_static"
 
 
+SECURITY_HEADERS = (
+    ("content-security-policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                                "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "
+                                "frame-ancestors 'none'"),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+    ("cross-origin-resource-policy", "same-origin"),
+)
+"""Headers on every response of the viewer."""
+MAX_TEXT = 1000
+MAX_OFFSET = 2**62
+
+
 def create_ui_app(store: Store | str | os.PathLike[str], *,
-                  training_logs: Sequence[str | os.PathLike[str]] = ()) -> Any:
+                  training_logs: Sequence[str | os.PathLike[str]] = (),
+                  allowed_hosts: Sequence[str] | None = None) -> Any:
     """The viewer as an ASGI app over ``store`` (a :class:`~scaffold.Store` or its URL/path) and training logs.
+
+    ``allowed_hosts``: the ``Host`` names it answers (default: the loopback names; see
+    :func:`scaffold.serve._guard.default_hosts` for a server bound elsewhere).
 
     Example:
         >>> from scaffold.ui import create_ui_app  # doctest: +SKIP
@@ -50,9 +77,55 @@ def create_ui_app(store: Store | str | os.PathLike[str], *,
         Route("/api/training", pages.trainings), Route("/api/training/{index}", pages.training),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes)
+    async def unexpected(request: Any, exc: Exception) -> Any:
+        return _Handlers.error(f"internal error: {type(exc).__name__}", 500)
+
+    app = Starlette(routes=routes, exception_handlers={Exception: unexpected})
     app.state.store = pages.store
-    return app
+    from scaffold.serve._guard import LOOPBACK_HOSTS, Guard, HostCheck
+    from scaffold.serve._http import HttpLimits
+
+    guarded = Guard(app, hosts=HostCheck(LOOPBACK_HOSTS if allowed_hosts is None else allowed_hosts),
+                    error=lambda status, message, code: {"error": message}, headers=SECURITY_HEADERS)
+    guarded.state = app.state  # type: ignore[attr-defined]
+    guarded.limits = HttpLimits(max_body_bytes=64 * 1024, max_connections=256)  # type: ignore[attr-defined]
+    return guarded
+
+
+class BadQuery(ValueError):
+    """A query value the viewer refuses (answered 400)."""
+
+
+def _text(query: Any, key: str) -> str | None:
+    """Query value ``key`` as text: at most :data:`MAX_TEXT` characters, no NUL (a 400 otherwise)."""
+    value = query.get(key)
+    if value is None or value == "":
+        return None
+    if len(value) > MAX_TEXT or "\x00" in value or has_lone_surrogate(value):
+        raise BadQuery(f"{key} must be text of at most {MAX_TEXT} characters, without NUL characters")
+    return value  # type: ignore[no-any-return]
+
+
+def _integer(query: Any, key: str, default: int, low: int, high: int) -> int:
+    raw = query.get(key)
+    if raw is None or raw == "":
+        return default
+    if not raw.lstrip("-").isdigit() or len(raw) > 20 or not low <= int(raw) <= high:
+        raise BadQuery(f"{key} must be an integer from {low} to {high}")
+    return int(raw)
+
+
+def _time(query: Any, key: str) -> float | None:
+    raw = query.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadQuery(f"{key} must be seconds since the epoch (a finite number)") from None
+    if not math.isfinite(value):
+        raise BadQuery(f"{key} must be a finite number of seconds since the epoch")
+    return value
 
 
 class _Handlers:
@@ -69,9 +142,15 @@ class _Handlers:
 
     @staticmethod
     def json(data: Any) -> Any:
-        from starlette.responses import JSONResponse
+        """``data`` as a JSON response; values JSON or UTF-8 cannot carry (NaN, a lone surrogate from an old
+        store) are shown as ``null`` and U+FFFD instead of failing the page."""
+        from starlette.responses import Response
 
-        return JSONResponse(data)
+        try:
+            body = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        except (ValueError, UnicodeEncodeError):
+            body = json.dumps(json_data(data), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        return Response(body, media_type="application/json")
 
     def index(self, request: Any) -> Any:
         from starlette.responses import FileResponse
@@ -84,29 +163,38 @@ class _Handlers:
     def runs(self, request: Any) -> Any:
         query = request.query_params
         try:
-            offset, limit = int(query.get("offset", 0)), int(query.get("limit", _data.PAGE_SIZE))
-            times: dict[str, Any] = {key: float(query[key]) for key in ("since", "until") if query.get(key)}
-        except ValueError:
-            return self.error("offset and limit are integers; since and until seconds since the epoch", 400)
-        filters = {key: query.get(key) for key in ("graph", "dataset", "model", "status")}
+            offset = _integer(query, "offset", 0, 0, MAX_OFFSET)
+            limit = _integer(query, "limit", _data.PAGE_SIZE, 1, _data.MAX_PAGE_SIZE)
+            times = {key: value for key in ("since", "until") if (value := _time(query, key)) is not None}
+            filters = {key: _text(query, key) for key in ("graph", "dataset", "model", "status")}
+        except BadQuery as exc:
+            return self.error(str(exc), 400)
         return self.json(_data.runs_page(self.store, offset=offset, limit=limit, **filters, **times))
 
     def run(self, request: Any) -> Any:
         run_id = request.path_params["run_id"]
+        if len(run_id) > MAX_TEXT or "\x00" in run_id or has_lone_surrogate(run_id):
+            return self.error("not a run id this store could hold", 400)
         try:
             return self.json(_data.run_view(self.store, run_id))
         except StoreError:
             return self.error(f"no run {run_id!r} in this store", 404)
 
     def evaluations(self, request: Any) -> Any:
-        names = [n for n in request.query_params.get("names", "").split(",") if n]
+        try:
+            names = [n for n in (_text(request.query_params, "names") or "").split(",") if n]
+        except BadQuery as exc:
+            return self.error(str(exc), 400)
         try:
             return self.json(_data.evaluations_view(self.store, names))
         except (EvaluationError, StoreError) as exc:
             return self.error(str(exc), 404)
 
     def compare(self, request: Any) -> Any:
-        first, second = request.query_params.get("a"), request.query_params.get("b")
+        try:
+            first, second = _text(request.query_params, "a"), _text(request.query_params, "b")
+        except BadQuery as exc:
+            return self.error(str(exc), 400)
         if not first or not second:
             return self.error("name two evaluations: ?a=NAME&b=NAME", 400)
         differing = request.query_params.get("differing") in ("1", "true", "yes")
@@ -119,10 +207,10 @@ class _Handlers:
         return self.json({"logs": [{"index": i, "name": p.stem, "path": str(p)} for i, p in enumerate(self.logs)]})
 
     def training(self, request: Any) -> Any:
-        try:
-            path = self.logs[int(request.path_params["index"])]
-        except (ValueError, IndexError):
+        index = request.path_params["index"]
+        if not index.isdigit() or len(index) > 9 or int(index) >= len(self.logs):
             return self.error("no such training log", 404)
+        path = self.logs[int(index)]
         try:
             return self.json(_data.training_view(path))
         except OSError as exc:

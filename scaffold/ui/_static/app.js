@@ -13,6 +13,7 @@ function h(tag, attrs, ...children) {
     if (value === null || value === undefined || value === false) continue;
     if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key === "style") el.style.cssText = value;  // through the CSSOM: the CSP forbids style attributes
     else el.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children.flat()) {
