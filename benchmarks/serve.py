@@ -25,13 +25,27 @@ raw asyncio HTTP/1.1 keep-alive client: ``c`` connections, each sending pre-rend
 - **TTFT** (``stream: true``, one request at a time): time from sending the request to the first SSE chunk
   with non-empty ``delta.content``, minus the in-process time from ``graph.run(on_delta=...)`` to its first
   delta (medians). Target: <= 5 ms beyond the final call's own first token.
+- **fuzz**: ``--fuzz`` (5,000) bodies drawn by ``scaffold.testing.request_bodies`` (hypothesis: fields replaced
+  by any JSON value, deep nesting, raw bytes, other content types) sent one at a time to ``fast`` (a
+  zero-latency scripted model recorded into SQLite). ``fuzz_5xx``: answers with a 5xx; ``fuzz_hangs``: no
+  answer within 20 s. Targets: 0 and 0.
+- **soak**: ``--soak`` (10,000) requests at c=32, 70% good (to ``soak``, recorded into its own SQLite store)
+  and 30% bad (deep nesting, wrong types, a lone surrogate, text/plain, an unknown model, a foreign Host, an
+  oversized body, truncated JSON), after 1,000 of the same as warm-up. ``rss_mb_after_soak``: the server's
+  RSS at the end; target: at most 25 MB above its value after the warm-up. The runs recorded in the soak's
+  store must be exactly the successful responses' run ids (``soak_runs_match``), and every good request
+  answered 200 and every bad one 4xx.
+- **/health under a large body**: while one connection sends 8 MiB chat bodies (one long message) back to
+  back, another asks ``/health`` every 10 ms; ``health_p99_ms_during_8mib_body`` is the p99 of those answers
+  (target 50 ms), beside the same figure with no large body in flight.
 
 Event loops are uvloop everywhere when it is installed (server, client and in-process baseline alike).
 ``--profile`` prints the server's cProfile (by own time) when it stops. The last line is one JSON object
 with the figures (``targets``, ``meets`` and ``meets_targets`` among them).
 
 Usage: python benchmarks/serve.py [--quick] [--requests-c1 100] [--requests-c64 3000] [--rss-requests 10000]
-                                  [--ttft-requests 60] [--median 0.1] [--no-sqlite] [--profile]
+                                  [--ttft-requests 60] [--fuzz 5000] [--soak 10000] [--median 0.1] [--no-sqlite]
+                                  [--profile]
 """
 
 from __future__ import annotations
@@ -53,15 +67,17 @@ from typing import Any, TypeVar
 
 import scaffold as sf
 from scaffold._types import Completion, Delta, Finished, Request, StreamItem, Usage
-from scaffold.testing import SimulatedBackend
+from scaffold.testing import ScriptedBackend, SimulatedBackend, request_bodies
 
 MEDIAN, SIGMA = 0.1, 0.5
 FIRST_TOKEN, TOKEN_GAP, TOKENS = 0.05, 0.002, 20
 PROBLEM = "What is 2+2? Answer in a box."
-TARGETS = {"overhead_ms_c64": 2.0, "lost": 0, "rss_growth_mb": 5.0, "ttft_overhead_ms": 5.0}
+TARGETS = {"overhead_ms_c64": 2.0, "lost": 0, "rss_growth_mb": 5.0, "ttft_overhead_ms": 5.0, "fuzz_5xx": 0,
+           "fuzz_hangs": 0, "soak_rss_growth_mb": 25.0, "health_p99_ms_during_8mib_body": 50.0}
 RSS_GROWTH_MB = TARGETS["rss_growth_mb"]
 
 T = TypeVar("T")
+INSTANT = Completion(text="so the answer is \\boxed{42}", usage=Usage(16, 8), finish_reason="stop")
 
 
 # -- backends and served models ---------------------------------------------------------------------------
@@ -92,8 +108,9 @@ class StreamingSim:
         yield Finished(tuple(self._completions(request)))
 
 
-def served_models(median: float, sigma: float, sqlite: str | None) -> dict[str, Any]:
-    """The served graphs, built by ``load_server`` as ``scaffold serve`` builds them, simulated backends bound."""
+def served_models(median: float, sigma: float, sqlite: str | None, soak: str | None = None) -> dict[str, Any]:
+    """The served graphs, built by ``load_server`` as ``scaffold serve`` builds them, simulated backends bound;
+    with ``soak`` (a directory) also ``fast`` and ``soak``, zero-latency models recorded into SQLite there."""
     from scaffold.serve import load_server
 
     def entry() -> dict[str, Any]:
@@ -102,8 +119,17 @@ def served_models(median: float, sigma: float, sqlite: str | None) -> dict[str, 
     served = load_server({"served": {"sim": entry(), "stream": entry()}}, store="none")
     if sqlite:
         served.update(load_server({"served": {"sim-sqlite": entry()}}, store=sqlite))
+    if soak:
+        served.update(load_server({"served": {"fast": {**entry(), "topology": "self_consistency", "params": {"n": 2},
+                                                       "max_params": {"n": 4}, "max_n": 3,
+                                                       "sampling": ["temperature", "max_tokens"]}}},
+                                  store=os.path.join(soak, "fuzz.db")))
+        served.update(load_server({"served": {"soak": entry()}}, store=os.path.join(soak, "soak.db")))
     for name, graph in served.items():
-        backend = StreamingSim() if name == "stream" else SimulatedBackend(median=median, sigma=sigma)
+        if name in ("fast", "soak"):  # a fixed completion: no per-request work that grows with the prompt
+            backend: Any = ScriptedBackend(lambda request: INSTANT)
+        else:
+            backend = StreamingSim() if name == "stream" else SimulatedBackend(median=median, sigma=sigma)
         graph.models["solver"] = sf.Model(backend)
     return served
 
@@ -137,10 +163,11 @@ def server_child(settings: dict[str, Any]) -> None:
     import uvicorn
 
     from scaffold.serve import create_app
+    from scaffold.serve._http import uvicorn_config
 
-    app = create_app(served_models(settings["median"], settings["sigma"], settings["sqlite"]))
-    sock = listening()
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+    app = create_app(served_models(settings["median"], settings["sigma"], settings["sqlite"], settings.get("soak")))
+    sock = listening()  # the limits `scaffold serve` applies (a deadline and a size cap on request heads...)
+    config = uvicorn_config(app, host="127.0.0.1", port=0, limits=app.limits, shutdown_timeout=5, lifespan="on")
     if not settings.get("profile"):
         uvicorn.Server(config).run(sockets=[sock])
         return
@@ -191,8 +218,9 @@ class Server:
     """The child process serving the app: its port, its pid, its RSS."""
 
     def __init__(self, median: float, sigma: float, sqlite: str | None, *, bare: bool = False,
-                 profile: bool = False) -> None:
-        settings = json.dumps({"median": median, "sigma": sigma, "sqlite": sqlite, "bare": bare, "profile": profile})
+                 profile: bool = False, soak: str | None = None) -> None:
+        settings = json.dumps({"median": median, "sigma": sigma, "sqlite": sqlite, "bare": bare, "profile": profile,
+                               "soak": soak})
         self.proc = subprocess.Popen([sys.executable, __file__, "--server-child", settings], stdout=subprocess.PIPE,
                                      text=True)
         assert self.proc.stdout is not None
@@ -532,6 +560,175 @@ def warm_up(server: Server, local: dict[str, Any], requests: int, sqlite: bool) 
     return lost
 
 
+# -- hostile clients -----------------------------------------------------------------------------------------
+def fuzz(server: Server, count: int) -> dict[str, Any]:
+    """``count`` drawn bodies sent one at a time; answers by status class, 5xx and hangs counted."""
+    import httpx
+    from hypothesis import HealthCheck, given, settings
+
+    statuses: dict[str, int] = {}
+    failures: list[str] = []
+    hangs = 0
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=20.0) as client:
+
+        @settings(max_examples=count, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @given(request=request_bodies("fast"))
+        def one(request: tuple[str, bytes, str | None]) -> None:
+            nonlocal hangs
+            path, content, content_type = request
+            headers = {"content-type": content_type} if content_type is not None else {}
+            try:
+                status = client.post(path, content=content, headers=headers).status_code
+            except httpx.TimeoutException:
+                hangs += 1
+                return
+            except httpx.TransportError:
+                status = 0
+            key = f"{status // 100}xx" if status else "dropped"
+            statuses[key] = statuses.get(key, 0) + 1
+            if status >= 500 and len(failures) < 5:
+                failures.append(f"{status} {path} {content_type!r} {content[:200]!r}")
+
+        t0 = time.perf_counter()
+        one()
+        seconds = time.perf_counter() - t0
+        healthy = client.get("/health").status_code == 200
+    sent = sum(statuses.values()) + hangs
+    figures = {"fuzz_requests": sent, "fuzz_5xx": statuses.get("5xx", 0), "fuzz_hangs": hangs,
+               "fuzz_statuses": statuses, "fuzz_healthy_after": healthy, "fuzz_seconds": round(seconds, 1)}
+    print(f"  fuzz: {sent} drawn requests in {seconds:.0f} s: {statuses}; hangs {hangs}; /health after: "
+          f"{'ok' if healthy else 'FAILED'}" + "".join(f"\n    5xx: {f}" for f in failures), flush=True)
+    return figures
+
+
+def soak_requests(port: int) -> tuple[list[bytes], list[bytes]]:
+    """The soak's good requests (distinct prompts) and its bad ones (one of each kind of client mistake)."""
+    def raw(body: bytes, content_type: str = "application/json", host: str = f"127.0.0.1:{port}") -> bytes:
+        return (f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\n"
+                f"content-length: {len(body)}\r\n\r\n").encode() + body
+
+    def chat(**extra: Any) -> bytes:
+        return json.dumps({"model": "soak", "messages": [{"role": "user", "content": PROBLEM}], **extra}).encode()
+
+    good = [raw(chat(seed=i)) for i in range(64)]
+    oversized = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json"
+                 f"\r\ncontent-length: {9 * 2**20}\r\n\r\n").encode()  # answered 413 before a byte is sent
+    deep = b'{"model": "soak", "messages": [{"role": "user", "content": "x"}], "metadata": ' + \
+        b"[" * 5000 + b"]" * 5000 + b"}"
+    bad = [raw(deep), raw(chat(n="3")), raw(chat(stream="yes")), raw(chat(seed=2**64)),
+           raw(b'{"model": "soak", "messages": [{"role": "user", "content": "a\\ud800"}]}'),
+           raw(chat(), "text/plain"), raw(chat().replace(b'"soak"', b'"nope"')), raw(chat(), host="attacker.example"),
+           oversized, raw(chat()[:-5])]
+    return good, bad
+
+
+async def soak_load(port: int, good: Sequence[bytes], bad: Sequence[bytes], requests: int,
+                    concurrency: int, seed: int) -> dict[str, Any]:
+    import random
+
+    rng = random.Random(seed)
+    plan = [(True, good[rng.randrange(len(good))]) if rng.random() < 0.7 else (False, bad[rng.randrange(len(bad))])
+            for _ in range(requests)]
+    order = iter(plan)
+    counts = {"good_ok": 0, "good_failed": 0, "bad_4xx": 0, "bad_other": 0}
+    run_ids: set[str] = set()
+
+    async def worker() -> None:
+        conn = Connection(port)
+        for is_good, raw in order:
+            try:
+                status, headers, _ = await conn.request(raw)
+            except (OSError, asyncio.IncompleteReadError, ValueError):
+                status, headers = 0, {}
+            if headers.get("connection") == "close" or status == 0:
+                conn.close()
+            if is_good:
+                counts["good_ok" if status == 200 else "good_failed"] += 1
+                if status == 200:
+                    run_ids.add(headers["x-scaffold-run-id"])
+            else:
+                counts["bad_4xx" if 400 <= status < 500 else "bad_other"] += 1
+        conn.close()
+
+    await asyncio.gather(*[worker() for _ in range(concurrency)])
+    return {**counts, "run_ids": run_ids}
+
+
+def soak(server: Server, store_path: str, requests: int) -> dict[str, Any]:
+    """``requests`` mixed good and bad requests after a warm-up of 1,000; RSS and the recorded runs."""
+    good, bad = soak_requests(server.port)
+    warm = run_loop(soak_load(server.port, good, bad, 1000, 32, seed=1))
+    before = server.rss_mb()
+    t0 = time.perf_counter()
+    done = run_loop(soak_load(server.port, good, bad, requests, 32, seed=2))
+    seconds = time.perf_counter() - t0
+    after = server.rss_mb()
+    with sf.Store(store_path) as store:
+        recorded = {run.id for run in store.runs(status="ok")}
+        total = store.count_runs()[0]
+    answered = warm["run_ids"] | done["run_ids"]
+    figures = {"rss_mb_after_soak": round(after, 1), "rss_mb_before_soak": round(before, 1),
+               "soak_rss_growth_mb": round(after - before, 1), "soak_requests": requests,
+               "soak_good_ok": done["good_ok"], "soak_good_failed": done["good_failed"],
+               "soak_bad_4xx": done["bad_4xx"], "soak_bad_other": done["bad_other"], "soak_runs_recorded": total,
+               "soak_runs_match": recorded == answered and total == len(answered),
+               "soak_requests_per_s": round(requests / seconds, 1)}
+    print(f"  soak: {requests} requests at c=32 (70% good) in {seconds:.1f} s: good {done['good_ok']} ok / "
+          f"{done['good_failed']} failed, bad {done['bad_4xx']} 4xx / {done['bad_other']} other; RSS {before:.1f} -> "
+          f"{after:.1f} MB ({after - before:+.1f} MB; target <= 25); runs recorded {total}, successful answers "
+          f"{len(answered)}, the same runs: {figures['soak_runs_match']}", flush=True)
+    return figures
+
+
+async def health_while_sending(port: int, body: bytes | None, seconds: float) -> list[float]:
+    """/health latencies (ms), one every 10 ms for ``seconds``, while ``body`` is posted back to back."""
+    latencies: list[float] = []
+    stop = asyncio.Event()
+
+    async def poll() -> None:
+        conn = Connection(port)
+        get = f"GET /health HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\r\n".encode()
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            await conn.request(get)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            await asyncio.sleep(0.01)
+        conn.close()
+
+    async def send() -> None:
+        conn = Connection(port)
+        while body is not None and not stop.is_set():
+            status, _, _ = await conn.request(body)
+            assert status == 200, status
+        conn.close()
+
+    tasks = [asyncio.ensure_future(poll()), asyncio.ensure_future(send())]
+    await asyncio.sleep(seconds)
+    stop.set()
+    await asyncio.gather(*tasks)
+    return latencies
+
+
+def health_under_large_bodies(server: Server, seconds: float) -> dict[str, Any]:
+    text = "the quick brown fox jumps over the lazy dog. " * ((8 * 2**20 - 4096) // 45)
+    payload = json.dumps({"model": "fast", "messages": [{"role": "user", "content": text}]}).encode()
+    post = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{server.port}\r\ncontent-type: "
+            f"application/json\r\ncontent-length: {len(payload)}\r\n\r\n").encode() + payload
+    quiet = run_loop(health_while_sending(server.port, None, seconds / 2))
+    loaded = run_loop(health_while_sending(server.port, post, seconds))
+
+    def p99(values: list[float]) -> float:
+        return round(statistics.quantiles(values, n=100)[-1], 2)
+
+    figures = {"health_p99_ms_during_8mib_body": p99(loaded), "health_p99_ms_quiet": p99(quiet),
+               "health_max_ms_during_8mib_body": round(max(loaded), 2), "large_body_bytes": len(payload)}
+    print(f"  /health while {len(payload) / 2**20:.2f} MiB bodies are sent back to back: p99 "
+          f"{figures['health_p99_ms_during_8mib_body']} ms (max {figures['health_max_ms_during_8mib_body']} ms; "
+          f"quiet p99 {figures['health_p99_ms_quiet']} ms; target <= 50)", flush=True)
+    return figures
+
+
 def machine_busy() -> float:
     """Percent of this machine's CPU other processes use now (the figures are only as quiet as the machine)."""
     import psutil
@@ -550,6 +747,8 @@ def main() -> None:
     parser.add_argument("--ttft-requests", type=int, default=60, help="streamed requests (default 60)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating in-process/served rounds (default 2)")
     parser.add_argument("--no-sqlite", action="store_true", help="skip the secondary figure with a SQLite store")
+    parser.add_argument("--fuzz", type=int, default=5000, help="drawn bodies of the fuzz part (default 5,000)")
+    parser.add_argument("--soak", type=int, default=10_000, help="requests of the soak part (default 10,000)")
     parser.add_argument("--profile", action="store_true",
                         help="print the server's cProfile (by own time) when it stops; its figures are then inflated")
     parser.add_argument("--server-child", help=argparse.SUPPRESS)
@@ -559,6 +758,7 @@ def main() -> None:
         return
     if args.quick:
         args.requests_c1, args.requests_c64, args.rss_requests, args.ttft_requests = 40, 640, 2000, 20
+        args.fuzz, args.soak = 300, 2000
     tmp = tempfile.mkdtemp(prefix="scaffold-serve-bench-")
     sqlite = None if args.no_sqlite else os.path.join(tmp, "serve.db")
     print(f"single_sample served over HTTP: SimulatedBackend lognormal median {args.median * 1000:.0f} ms sigma "
@@ -579,6 +779,13 @@ def main() -> None:
     finally:
         server.stop()
         floor.stop()
+    hostile = Server(args.median, args.sigma, None, soak=tmp)  # a fresh server: the figures above are unaffected
+    try:
+        fuzzed = fuzz(hostile, args.fuzz)
+        soaked = soak(hostile, os.path.join(tmp, "soak.db"), args.soak)
+        health = health_under_large_bodies(hostile, 3.0 if args.quick else 10.0)
+    finally:
+        hostile.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     lost += c1.lost + c64.lost + (stored.lost if stored else 0) + int(streamed.pop("lost")) + int(memory.pop("lost"))
     figures: dict[str, Any] = {
@@ -601,6 +808,10 @@ def main() -> None:
         "server_timing_overhead_ms_c1": round(c1.server_side_ms, 3),
         "server_timing_overhead_ms_c64": round(c64.server_side_ms, 3),
         "overhead_ms_c64_sqlite": round(stored.overhead_ms, 3) if stored else None,
+        "fuzz_requests": fuzzed["fuzz_requests"], "fuzz_5xx": fuzzed["fuzz_5xx"], "fuzz_hangs": fuzzed["fuzz_hangs"],
+        "rss_mb_after_soak": soaked["rss_mb_after_soak"],
+        **{k: v for k, v in fuzzed.items() if k not in ("fuzz_requests", "fuzz_5xx", "fuzz_hangs")},
+        **{k: v for k, v in soaked.items() if k != "rss_mb_after_soak"}, **health,
         **{k: v for k, v in memory.items() if k != "rss_mb_after_10k"},
         **{k: v for k, v in streamed.items() if k != "ttft_overhead_ms"},
         "machine_cpu_busy_pct": busy, "median_s": args.median, "sigma": args.sigma,
@@ -609,14 +820,21 @@ def main() -> None:
     }
     meets = {"overhead_ms_c64": figures["overhead_ms_c64"] <= TARGETS["overhead_ms_c64"],
              "lost": lost <= TARGETS["lost"], "rss_growth_mb": figures["rss_growth_mb"] <= RSS_GROWTH_MB,
-             "ttft_overhead_ms": figures["ttft_overhead_ms"] <= TARGETS["ttft_overhead_ms"]}
+             "ttft_overhead_ms": figures["ttft_overhead_ms"] <= TARGETS["ttft_overhead_ms"],
+             "fuzz_5xx": figures["fuzz_5xx"] == 0, "fuzz_hangs": figures["fuzz_hangs"] == 0,
+             "soak": figures["soak_rss_growth_mb"] <= TARGETS["soak_rss_growth_mb"] and figures["soak_runs_match"]
+             and figures["soak_good_failed"] == 0 and figures["soak_bad_other"] == 0,
+             "health_p99_ms_during_8mib_body":
+                 figures["health_p99_ms_during_8mib_body"] <= TARGETS["health_p99_ms_during_8mib_body"]}
     figures["meets"] = meets
     figures["meets_targets"] = all(meets.values())
     print(f"overhead {figures['overhead_ms_c1']:.2f} ms at c=1, {figures['overhead_ms_c64']:.2f} ms at c=64 "
           f"(target <= {TARGETS['overhead_ms_c64']}); lost {lost} (target 0); RSS after {args.rss_requests} "
           f"requests {figures['rss_mb_after_10k']} MB, growth {figures['rss_growth_mb']:+.1f} MB (target <= "
           f"{RSS_GROWTH_MB}); TTFT overhead {figures['ttft_overhead_ms']:.2f} ms (target <= "
-          f"{TARGETS['ttft_overhead_ms']}); meets targets: {figures['meets_targets']}")
+          f"{TARGETS['ttft_overhead_ms']}); fuzz {figures['fuzz_requests']} requests, {figures['fuzz_5xx']} 5xx, "
+          f"{figures['fuzz_hangs']} hangs; soak RSS {figures['rss_mb_after_soak']} MB "
+          f"({figures['soak_rss_growth_mb']:+.1f}); meets targets: {figures['meets_targets']}")
     print(json.dumps(figures))
 
 

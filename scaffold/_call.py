@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 from scaffold._errors import BackendError, CallTimeout
 from scaffold._events import CallStarted
 from scaffold._types import Completion, Delta, Finished, Request, Status, Trace, record_maker
+from scaffold._values import clean_text, has_lone_surrogate
 from scaffold.backends._model import Model, Reply
 
 if TYPE_CHECKING:
@@ -233,8 +234,10 @@ def answered(
     run: Run, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, completion: Completion,
     started: float, latency: float, attempt: int,
 ) -> Trace:
-    """The record of one completion."""
+    """The record of one completion (a lone surrogate in its text, which no UTF-8 reader takes, becomes U+FFFD)."""
     text = completion.text
+    if not text.isascii() and has_lone_surrogate(text):
+        text = clean_text(text, no_nul=False)
     metadata = completion.metadata
     if completion.finish_reason is not None:
         metadata = {**metadata, "finish_reason": completion.finish_reason}

@@ -355,7 +355,9 @@ class Run:
         self.slots = [[] for _ in self.graph.nodes]
         status = "ok"
         try:
-            if timeout is None:
+            if self.error is not None:  # a subscriber refused the run's start (a store that cannot record)
+                pass
+            elif timeout is None:
                 await self._expand_and_wait()
             else:
                 async with asyncio.timeout(timeout):

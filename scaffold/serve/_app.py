@@ -148,11 +148,10 @@ class Handlers:
     def store_error(self) -> BaseException | None:
         """Why a served model's store cannot be written now, or ``None`` (a default store not yet opened has
         not failed)."""
-        from scaffold.store._default import DEFAULT, opened_default
+        from scaffold.store._default import opened_store
 
         for graph in self.served.values():
-            store = opened_default() if graph.store is DEFAULT else graph.store
-            failing = getattr(store, "write_error", None)
+            failing = getattr(opened_store(graph.store), "write_error", None)
             if failing is not None:
                 return failing  # type: ignore[no-any-return]
         return None
@@ -164,7 +163,8 @@ class Handlers:
         graph = self.served[name]
         return {"id": name, "object": "model", "created": 0, "owned_by": "scaffold",
                 "scaffold": {"topology": graph.config.topology, "request_params": graph.allowed_params,
-                             "calls": graph.graph.count_calls(),
+                             "max_params": graph.config.max_params, "max_calls": graph.config.max_calls,
+                             "max_n": graph.config.max_n, "calls": graph.graph.count_calls(),
                              "streams_tokens": graph.graph.streamed_node is not None}}
 
     async def list_models(self, request: Request) -> Response:

@@ -35,6 +35,8 @@ _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[,{\[]')
 """A JSON string (skipped whole) or a character that adds a value: a separator or an opening bracket."""
 _SLICE = 4096
 """Tokens counted between two yields to the event loop."""
+_LARGE = 1 << 18
+"""Bodies this large yield to the event loop once parsed."""
 
 
 async def read_json(request: Any, model: type[Model], limits: HttpLimits) -> Model:
@@ -44,17 +46,21 @@ async def read_json(request: Any, model: type[Model], limits: HttpLimits) -> Mod
         raise ApiError(415, "the body must be JSON, sent with `Content-Type: application/json`"
                             + (f" (got {content_type[:60]!r})" if content_type else " (no Content-Type was sent)"),
                        code="unsupported_media_type", redact=False)
-    body = await _read(request, limits)
-    if _values_bound(body) > limits.max_json_values and await _values_over(body, limits.max_json_values):
+    body, bound = await _read(request, limits)
+    if bound > limits.max_json_values and await _values_over(body, limits.max_json_values):
         raise ApiError(413, f"the body holds more than {limits.max_json_values} JSON values",
                        code="body_too_large", headers=_CLOSE, redact=False)
     try:
-        return model.model_validate_json(body, strict=True)
+        parsed = model.model_validate_json(body, strict=True)
     except ValidationError as exc:
-        raise _invalid(exc, body) from None
+        raise _invalid(exc) from None
+    if len(body) > _LARGE:  # let what waited during the parse (a /health, other requests' I/O) run first
+        await asyncio.sleep(0)
+    return parsed
 
 
-async def _read(request: Any, limits: HttpLimits) -> bytes:
+async def _read(request: Any, limits: HttpLimits) -> tuple[bytes, int]:
+    """The body, and an upper bound on its JSON values (counted piece by piece as it arrives)."""
     from starlette.requests import ClientDisconnect
 
     declared = request.headers.get("content-length")
@@ -64,7 +70,7 @@ async def _read(request: Any, limits: HttpLimits) -> bytes:
         if int(declared) > limits.max_body_bytes:
             raise _too_large(limits)
     chunks: list[bytes] = []
-    size = 0
+    size, bound = 0, 1
     try:
         async with asyncio.timeout(limits.read_timeout):
             async for chunk in request.stream():
@@ -72,12 +78,13 @@ async def _read(request: Any, limits: HttpLimits) -> bytes:
                 if size > limits.max_body_bytes:
                     raise _too_large(limits)
                 chunks.append(chunk)
+                bound += _values_bound(chunk)
     except TimeoutError:
         raise ApiError(408, f"the body did not arrive within {limits.read_timeout:g} seconds", code="timeout",
                        headers=_CLOSE, redact=False) from None
     except ClientDisconnect:
         raise ApiError(499, "the client closed the request", headers=_CLOSE, redact=False) from None
-    return b"".join(chunks)
+    return b"".join(chunks), bound
 
 
 def _too_large(limits: HttpLimits) -> ApiError:
@@ -85,10 +92,10 @@ def _too_large(limits: HttpLimits) -> ApiError:
                     headers=_CLOSE, redact=False)
 
 
-def _values_bound(body: bytes) -> int:
-    """An upper bound on the values in ``body``: every value but the first follows a separator or opens a
-    container (separators inside strings are counted too, which only loosens the bound)."""
-    return body.count(b",") + body.count(b"{") + body.count(b"[") + 1
+def _values_bound(piece: bytes) -> int:
+    """An upper bound on the values ``piece`` of a body adds: every value but the first follows a separator or
+    opens a container (separators inside strings are counted too, which only loosens the bound)."""
+    return piece.count(b",") + piece.count(b"{") + piece.count(b"[")
 
 
 async def _values_over(body: bytes, limit: int) -> bool:
@@ -110,7 +117,7 @@ async def _values_over(body: bytes, limit: int) -> bool:
             await asyncio.sleep(0)
 
 
-def _invalid(exc: ValidationError, body: bytes) -> ApiError:
+def _invalid(exc: ValidationError) -> ApiError:
     from scaffold._validation import describe_errors, error_field
 
     errors = exc.errors()

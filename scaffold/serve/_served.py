@@ -87,6 +87,10 @@ class ServedGraph:
             raise ConfigError(f"served model {name!r}: the graph must return one node (its text is the answer)")
         self._builds: OrderedDict[tuple[tuple[str, str], ...], Graph] = OrderedDict()
         self.allowed_params = self._allowed_params()
+        calls = sum(self.graph.count_calls().values())
+        if calls > config.max_calls:
+            raise ConfigError(f"served model {name!r}: its graph makes up to {calls} model calls per request, more "
+                              f"than max_calls ({config.max_calls}); raise max_calls (--max-calls) or shrink the graph")
 
     # -- building -------------------------------------------------------------------------------
     def _build(self, overrides: Mapping[str, Any]) -> Graph:
@@ -105,8 +109,8 @@ class ServedGraph:
         from scaffold.cli._plugins import topologies
 
         defaults = topologies().topology(self.config.topology).defaults
-        self.configured = {**defaults, **self.config.params}
-        """Every build parameter's value as served (the config's, else the topology's default)."""
+        self.configured = {**defaults, **self.graph.params}
+        """Every build parameter's value as served (the config's, as the graph took it, else the topology's)."""
         choice = self.config.request_params
         if choice is True:
             allowed = [k for k, v in self.configured.items() if isinstance(v, (int, float, bool))]

@@ -59,12 +59,20 @@ def resolve_store(store: Any) -> Store | None:
         return opened
 
 
-def opened_default() -> Store | None:
-    """The default store if this process has opened it (``None`` before first use, or when it is off)."""
-    target = default_target()
-    if target is None:
+def opened_store(store: Any) -> Any:
+    """The store a ``store=`` argument names if it is open in this process, without opening it: a ``Store`` (or
+    a stand-in) as given, a URL, path or ``DEFAULT`` if a run has opened it; ``None`` otherwise."""
+    if store is None or store is False:
         return None
-    key = target if "://" in target else str(Path(target).expanduser().resolve())
+    if store is DEFAULT:
+        store = default_target()
+        if store is None:
+            return None
+    if not isinstance(store, (str, os.PathLike)):
+        return store
+    key = os.fspath(store)
+    if "://" not in key:
+        key = str(Path(key).expanduser().resolve())
     with _lock:
         return _opened.get(key)
 

@@ -19,6 +19,7 @@ from scaffold._errors import RecordError, ResumeError, StoreError
 from scaffold._json import to_json
 from scaffold._types import Trace, TraceKind
 from scaffold._values import check_value, has_lone_surrogate
+from scaffold.store import _codec as codec
 from scaffold.store import _query as query
 from scaffold.store._migrations import upgrade
 from scaffold.store._recorder import Recorder
@@ -98,7 +99,8 @@ class Store:
         if self.url.get_backend_name() == "sqlite":
             if self.url.database:
                 Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
-            engine = create_engine(self.url, connect_args={"timeout": 60, "check_same_thread": False})
+            engine = create_engine(self.url, connect_args={"timeout": 60, "check_same_thread": False},
+                                   json_serializer=codec.dumps)
 
             @event.listens_for(engine, "connect")
             def _pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -109,7 +111,7 @@ class Store:
                 cursor.close()
 
             return engine
-        return create_engine(self.url, pool_size=pool_size, pool_pre_ping=True)
+        return create_engine(self.url, pool_size=pool_size, pool_pre_ping=True, json_serializer=codec.dumps)
 
     def __repr__(self) -> str:
         return f"Store({self.url.render_as_string(hide_password=True)!r})"

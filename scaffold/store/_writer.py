@@ -205,10 +205,13 @@ class Writer:
                 self._room.set()
 
     def _probe(self) -> None:
-        """While the database is failing: clear :attr:`failure` as soon as it answers again."""
+        """While the database is failing: clear :attr:`failure` as soon as it takes a write again (one that is
+        rolled back)."""
         try:
             with self.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
+                with conn.begin() as transaction:
+                    conn.execute(text("UPDATE schema_info SET version = version WHERE id = 1"))
+                    transaction.rollback()
         except Exception:
             return
         self.failure = None
@@ -324,13 +327,16 @@ class Writer:
         if error is None:
             self.failure = None
             self._settle(batch.done, None)
-        elif not _transient(error):  # the database refused something in it: find what, keep the rest
+        elif _refusal(error):  # the database refused something in it: find what, keep the rest
             self._write_in_parts(batch, error)
-        else:  # the database, not the records: new runs are refused until it answers again
-            self.failure = StoreError(f"the store could not write a batch of {len(batch.calls)} calls: "
-                                      f"{type(error).__name__}: {_short(error)}")
-            _log.error("%s", self.failure)
-            self._settle(batch.done, self.failure)
+        else:
+            self._settle(batch.done, self._failing(error))
+
+    def _failing(self, error: BaseException) -> StoreError:
+        """The database itself failed (unreachable, read-only, full): new runs are refused until it answers."""
+        self.failure = StoreError(f"the store cannot write to its database: {type(error).__name__}: {_short(error)}")
+        _log.error("%s", self.failure)
+        return self.failure
 
     def _commit(self, batch: _Batch) -> BaseException | None:
         """Write ``batch`` in one transaction, retrying passing failures; the last error, or ``None``."""
@@ -364,8 +370,8 @@ class Writer:
             failed = error if len(groups) == 1 and not shared else self._commit(part)
             if failed is None:
                 self._settle(part.done, None)
-            elif _transient(failed):
-                self._settle(part.done, StoreError(f"the store could not write run {run!r}: {_short(failed)}"))
+            elif not _refusal(failed):
+                self._settle(part.done, self._failing(failed))
             else:
                 assert run is not None
                 self._write_run_record_by_record(run, records, failed)
@@ -374,7 +380,7 @@ class Writer:
     def _write_run_record_by_record(self, run: str, records: list[tuple[Any, ...]], first: BaseException) -> None:
         """Keep what fits of a refused run: each record on its own; the run ends as ``error`` naming the first
         refused record."""
-        refusal: RecordError | None = None
+        refusal: StoreError | None = None
         waiting: list[tuple[str | None, Done]] = []
         for record in records:
             if record[0] == "end":
@@ -385,6 +391,9 @@ class Writer:
                 refusal = why
         if refusal is None:  # every record fitted alone: the batch failed for a reason seen only together
             refusal = RecordError(f"the store refused the records of run {run!r}: {_short(first)}")
+        if not isinstance(refusal, RecordError):  # the database failed meanwhile: nothing to blame on the run
+            self._settle(waiting, refusal)
+            return
         self._remember(run, refusal)
         _log.warning("%s", refusal)
         ends = [r for r in records if r[0] == "end"]
@@ -392,12 +401,16 @@ class Writer:
         self._mark_failed(row, refusal)
         self._settle(waiting, refusal)
 
-    def _write_records(self, records: list[tuple[Any, ...]], run: str | None) -> RecordError | None:
+    def _write_records(self, records: list[tuple[Any, ...]], run: str | None) -> StoreError | None:
         part = self._build(records)
         error = self._commit(part)
         if error is None:
             self._settle(part.done, None)
             return None
+        if not _refusal(error):
+            failure = self._failing(error)
+            self._settle(part.done, failure)
+            return failure
         where = self._diagnosis(part) or f"{self._stage or 'a'} row"
         owner = f" of run {run!r}" if run is not None else ""
         refusal = RecordError(f"the store refused {_record_name(records[0])}{owner}: {where} "
@@ -618,6 +631,24 @@ def _known_targets(conn: Any, rewards: list[dict[str, Any]]) -> list[dict[str, A
         else:
             _log.warning("reward dropped: the store has no run %r or no call %r", reward["run_id"], reward["call_id"])
     return known
+
+
+def _refusal(exc: BaseException) -> bool:
+    """Whether the database refused the records (a value out of range, a text it cannot hold, a missing
+    reference), as opposed to failing itself (unreachable, locked, read-only, full, its schema gone)."""
+    from sqlalchemy.exc import DataError, IntegrityError, StatementError
+
+    orig = getattr(exc, "orig", None)
+    if isinstance(exc, (DataError, IntegrityError)):
+        return True
+    if isinstance(exc, StatementError) and orig is not None:
+        exc = orig
+    if isinstance(exc, (ValueError, TypeError, OverflowError, RecursionError)):  # raised while binding values
+        return True
+    name = type(exc).__name__
+    if name in ("DataError", "IntegrityError"):
+        return True
+    return name == "ProgrammingError" and "binding parameter" in str(exc).lower()
 
 
 def _transient(exc: BaseException) -> bool:

@@ -14,10 +14,13 @@
 - :func:`sample_store`: a store holding RSA runs and a vote evaluated on the same problems (scripted
   answers), to try ``scaffold ui`` on; :func:`headless_chromium` and :func:`open_page` to test it in a
   real browser (Debian's Chromium through Selenium).
+- :func:`request_bodies` and :func:`viewer_queries`: hypothesis strategies that fuzz a served graph and the
+  viewer over HTTP (malformed, hostile and deeply nested bodies; any query text).
 """
 
 from scaffold.testing._browser import headless_chromium, open_page
 from scaffold.testing._faults import SPORADIC_FAULTS, Fault, random_faults
+from scaffold.testing._fuzz import request_bodies, viewer_queries
 from scaffold.testing._postgres import PostgresServer
 from scaffold.testing._sample_store import SampleStore, sample_store
 from scaffold.testing._scripted import ScriptedBackend
@@ -40,4 +43,6 @@ __all__ = [
     "SampleStore",
     "headless_chromium",
     "open_page",
+    "request_bodies",
+    "viewer_queries",
 ]

@@ -1,0 +1,117 @@
+"""Property: whatever a model, a dataset or a caller produces, the store records it or refuses that one record,
+and the next run records and reads back — on SQLite and on a real PostgreSQL server.
+
+Hypothesis draws every kind of record the store writes: a run's inputs and seed, a model's completion (text,
+token counts, finish reason, token ids, logprobs, cost, metadata), a reward and a dataset row, from text
+with NUL characters and lone surrogates, integers of any size, NaN and infinities, and nested JSON.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import scaffold as sf
+from scaffold._json import to_json
+from scaffold._types import Completion, Usage
+from scaffold._values import INT32, INT64, check_seed, check_value, clean_text
+from scaffold.testing import ScriptedBackend
+
+ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=30)
+"""Any code point: NUL, controls, lone surrogates, astral characters."""
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ANY_TEXT, inner, max_size=3),
+    max_leaves=12)
+EXAMPLES = 60
+
+
+@sf.graph
+def solo(problem):
+    return sf.generate("Solve {problem}", model="m")
+
+
+class Answers:
+    """A backend answering every request with one drawn completion."""
+
+    capabilities = sf.Capabilities()
+
+    def __init__(self, completion: Completion) -> None:
+        self.completion = completion
+        self.calls = 0
+
+    async def complete(self, request: Any) -> list[Completion]:
+        self.calls += 1
+        return [self.completion] * request.n
+
+
+@st.composite
+def completions(draw: Any) -> Completion:
+    return Completion(
+        text=draw(ANY_TEXT), usage=Usage(draw(st.integers()), draw(st.integers())),
+        finish_reason=draw(st.none() | ANY_TEXT), token_ids=draw(st.none() | st.lists(st.integers(), max_size=4)
+                                                                 .map(tuple)),
+        logprobs=draw(st.none() | st.lists(st.floats() | st.none(), max_size=4).map(tuple)),
+        cost=draw(st.none() | st.floats()), metadata=draw(st.dictionaries(ANY_TEXT, JSON, max_size=3)))
+
+
+def clamp(value: int, bounds: tuple[int, int]) -> int:
+    return min(max(value, bounds[0]), bounds[1])
+
+
+_names = itertools.count()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                        HealthCheck.too_slow])
+@given(problem=ANY_TEXT | JSON, seed=st.none() | st.integers(), completion=completions(),
+       reward=st.floats() | st.integers(), reward_meta=st.dictionaries(ANY_TEXT, JSON, max_size=3),
+       row=st.dictionaries(ANY_TEXT, JSON, max_size=3))
+def test_any_record_is_stored_or_refused_alone_and_the_next_run_reads_back(
+        store, problem, seed, completion, reward, reward_meta, row):
+    """A run is recorded with its model output sanitised field by field, or refused before it starts when the
+    caller's seed or inputs cannot be held; a reward or dataset row is written or refused with RecordError;
+    then a plain run records and reads back."""
+    postgres = store.url.get_backend_name() == "postgresql"
+    run_id = f"case-{next(_names)}"
+    inputs = {"problem": problem}
+    backend = Answers(completion)
+    caller_problem = (check_seed(seed) if seed is not None else None) or check_value(problem, "inputs.problem")
+    try:
+        result = solo.run_sync(inputs, models={"m": backend}, store=store, run_id=run_id, seed=seed)
+    except sf.InputError:
+        assert caller_problem is not None and backend.calls == 0
+        assert [r.id for r in store.runs(limit=1000) if r.id == run_id] == []
+    else:
+        assert caller_problem is None, caller_problem
+        info = store.run(run_id)
+        assert info.status == "ok" and info.inputs == to_json(inputs) and info.seed == result.seed
+        (trace,) = store.traces(run_id)
+        assert trace.text == clean_text(clean_text(completion.text, no_nul=False), no_nul=postgres)
+        bounds = INT32 if postgres else INT64
+        assert trace.usage == Usage(clamp(completion.usage.prompt_tokens, bounds),
+                                    clamp(completion.usage.completion_tokens, bounds))
+        cost = completion.cost
+        assert trace.cost == (cost if cost is not None and math.isfinite(cost) else None)
+        fits = completion.token_ids is not None and all(INT32[0] <= i <= INT32[1] for i in completion.token_ids)
+        assert trace.token_ids == (completion.token_ids if fits else None)
+        if completion.logprobs is not None:
+            assert trace.logprobs is not None and len(trace.logprobs) == len(completion.logprobs)
+    try:
+        store.add_reward(reward, run_id=run_id, metadata=reward_meta)
+    except sf.RecordError:
+        assert not math.isfinite(reward) or check_value(reward_meta, "metadata") is not None
+    try:
+        store.add_dataset(f"data-{run_id}", [row])
+    except sf.RecordError:
+        assert check_value(row, "row") is not None
+    store.flush()
+    plain = f"plain-{run_id}"
+    solo.run_sync({"problem": "2+2"}, models={"m": ScriptedBackend(lambda r: "\\boxed{4}")}, store=store,
+                  run_id=plain)
+    assert store.run(plain).status == "ok" and [t.answer for t in store.traces(plain)] == ["4"]
+    assert store.write_error is None
