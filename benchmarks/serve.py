@@ -44,8 +44,8 @@ Event loops are uvloop everywhere when it is installed (server, client and in-pr
 with the figures (``targets``, ``meets`` and ``meets_targets`` among them).
 
 Usage: python benchmarks/serve.py [--quick] [--requests-c1 100] [--requests-c64 3000] [--rss-requests 10000]
-                                  [--ttft-requests 60] [--fuzz 5000] [--soak 10000] [--median 0.1] [--no-sqlite]
-                                  [--profile]
+                                  [--ttft-requests 60] [--fuzz 5000] [--soak 10000] [--health-seconds 10]
+                                  [--median 0.1] [--no-sqlite] [--profile]
 """
 
 from __future__ import annotations
@@ -749,6 +749,8 @@ def main() -> None:
     parser.add_argument("--no-sqlite", action="store_true", help="skip the secondary figure with a SQLite store")
     parser.add_argument("--fuzz", type=int, default=5000, help="drawn bodies of the fuzz part (default 5,000)")
     parser.add_argument("--soak", type=int, default=10_000, help="requests of the soak part (default 10,000)")
+    parser.add_argument("--health-seconds", type=float, default=10.0,
+                        help="seconds of 8 MiB bodies while /health is asked (default 10)")
     parser.add_argument("--profile", action="store_true",
                         help="print the server's cProfile (by own time) when it stops; its figures are then inflated")
     parser.add_argument("--server-child", help=argparse.SUPPRESS)
@@ -758,7 +760,7 @@ def main() -> None:
         return
     if args.quick:
         args.requests_c1, args.requests_c64, args.rss_requests, args.ttft_requests = 40, 640, 2000, 20
-        args.fuzz, args.soak = 300, 2000
+        args.fuzz, args.soak, args.health_seconds = 300, 2000, 3.0
     tmp = tempfile.mkdtemp(prefix="scaffold-serve-bench-")
     sqlite = None if args.no_sqlite else os.path.join(tmp, "serve.db")
     print(f"single_sample served over HTTP: SimulatedBackend lognormal median {args.median * 1000:.0f} ms sigma "
@@ -783,7 +785,7 @@ def main() -> None:
     try:
         fuzzed = fuzz(hostile, args.fuzz)
         soaked = soak(hostile, os.path.join(tmp, "soak.db"), args.soak)
-        health = health_under_large_bodies(hostile, 3.0 if args.quick else 10.0)
+        health = health_under_large_bodies(hostile, args.health_seconds)
     finally:
         hostile.stop()
         shutil.rmtree(tmp, ignore_errors=True)

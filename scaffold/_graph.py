@@ -200,7 +200,7 @@ class Graph:
         ``run_id`` up in the store (for ids known to be new: a server's, which saves a store query per run).
         """
         self._check_inputs(inputs)
-        _check_run_values(inputs, seed, run_id)
+        _check_run_values(inputs, seed, run_id, dataset)
         streaming = self._stream_nodes(stream_nodes) if on_delta is not None else frozenset()
         bound = bind_models(self, models)
         recorder, reuse = None, list[ReuseSource]()
@@ -463,9 +463,11 @@ def _collect(value: Any, slots: list[list[Slot]]) -> Any:
     return value
 
 
-def _check_run_values(inputs: Mapping[str, Any], seed: Any, run_id: Any) -> None:
+def _check_run_values(inputs: Mapping[str, Any], seed: Any, run_id: Any, dataset: Any = None) -> None:
     """Refuse, before the run starts, what no store or model API can take as given: a seed beyond 64 bits,
-    a run id or input text that is not valid Unicode, inputs nested deeper than the store records."""
+    a run id, dataset name or input text that is not valid Unicode, inputs nested deeper than the store records."""
+    if dataset is not None and (not isinstance(dataset, str) or "\x00" in dataset or has_lone_surrogate(dataset)):
+        raise InputError("dataset must be a name without NUL characters or lone surrogates")
     if seed is not None:
         problem = check_seed(seed)
         if problem is not None:

@@ -53,6 +53,22 @@ def test_executor_benchmark_ends_with_its_json_keys() -> None:
 
 
 @pytest.mark.slow
+def test_serve_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/serve.py at small sizes prints one JSON line with its keys; the fuzz finds no 5xx and no hang,
+    nothing is lost, and the soak's recorded runs are exactly its successful answers."""
+    out = run("benchmarks/serve.py", "--requests-c1", "10", "--requests-c64", "128", "--rss-requests", "256",
+              "--ttft-requests", "6", "--rounds", "1", "--fuzz", "150", "--soak", "300", "--health-seconds", "1",
+              "--median", "0.02")
+    figures = json.loads(out.strip().splitlines()[-1])
+    for key in ("bench", "overhead_ms_c1", "overhead_ms_c64", "lost", "rss_mb_after_10k", "ttft_overhead_ms",
+                "fuzz_requests", "fuzz_5xx", "fuzz_hangs", "rss_mb_after_soak", "health_p99_ms_during_8mib_body"):
+        assert key in figures, key
+    assert figures["bench"] == "serve" and figures["fuzz_requests"] == 150
+    assert figures["fuzz_5xx"] == 0 and figures["fuzz_hangs"] == 0 and figures["lost"] == 0
+    assert figures["soak_runs_match"] and figures["soak_good_failed"] == 0 and figures["soak_bad_other"] == 0
+
+
+@pytest.mark.slow
 def test_backends_benchmark_ends_with_its_json_keys() -> None:
     """benchmarks/backends.py --quick prints one JSON line with the keys the issue names; nothing lost or doubled."""
     out = run("benchmarks/backends.py", "--quick")

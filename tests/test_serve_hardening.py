@@ -36,7 +36,8 @@ def serve(tmp_path: Any, *, keys: bool = False, server: dict | None = None, serv
           monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[ServeThread, ScriptedBackend, sf.Store]:
     """A started server of `m` (self-consistency, n=2) on a scripted model, recording into a SQLite store."""
     store = sf.Store(tmp_path / "serve.db")
-    config: dict[str, Any] = {"server": {"read_timeout": 1.0, "max_body_bytes": MiB, **(server or {})},
+    config: dict[str, Any] = {"server": {"read_timeout": 1.0, "head_timeout": 1.0, "max_body_bytes": MiB,
+                                         **(server or {})},
                               "served": {"m": {"topology": "self_consistency", "params": {"n": 2},
                                                "models": {"solver": "hosted_vllm/x"}, **(served or {})}}}
     if keys:
@@ -217,6 +218,21 @@ def test_a_body_larger_than_max_body_bytes_is_a_413_before_it_is_read(server):
     assert error["code"] == "body_too_large" and backend.calls == 0
     near = {**CHAT, "messages": [{"role": "user", "content": "y" * (MiB - 1000)}]}
     assert post(running, near).status_code == 200
+
+
+def test_health_is_answered_while_another_body_is_still_arriving(server):
+    """A client sends half of a 1 MB body and pauses: /health and other requests are answered meanwhile;
+    the body, once complete, is answered too."""
+    running, backend, store = server
+    body = json.dumps({**CHAT, "messages": [{"role": "user", "content": "z" * (MiB - 200)}]}).encode()
+    with connect(running) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                     b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
+                     + body[:len(body) // 2])
+        assert httpx.get(running.url + "/health", timeout=5).status_code == 200
+        good_request_still_answered(running)
+        sock.sendall(body[len(body) // 2:])
+        assert receive_until_closed(sock, 20).startswith(b"HTTP/1.1 200")
 
 
 def test_a_body_with_more_json_values_than_allowed_is_a_413_before_parsing(server):
@@ -433,7 +449,7 @@ def test_a_body_that_stops_arriving_is_a_408_and_the_connection_is_closed(server
 @pytest.mark.parametrize("sent", [b"", b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\n", b"GET /hea"])
 def test_idle_and_slow_header_connections_are_closed(server, sent):
     """A connection that sends nothing, or a request head that never completes (slowloris), is closed once
-    read_timeout has passed, even while it keeps sending header lines."""
+    head_timeout has passed, even while it keeps sending header lines."""
     running, backend, store = server
     stop = threading.Event()
     with connect(running) as sock:

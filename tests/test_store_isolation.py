@@ -268,6 +268,7 @@ def test_model_output_no_column_holds_is_recorded_sanitised_field_by_field(store
     ({"run_id": ""}, "non-empty"),
     ({"inputs": {"problem": "x\ud800y"}}, "inputs.problem holds a lone surrogate"),
     ({"inputs": {"problem": nested(70)}}, "nested more than 64 levels"),
+    ({"dataset": "rows\x00"}, "dataset must be a name"),
 ])
 def test_caller_values_no_store_can_hold_are_refused_before_the_run(store, change, fragment):
     """A seed beyond 64 bits, a run id with NUL, inputs that are not valid Unicode or nest too deeply: an
@@ -280,8 +281,9 @@ def test_caller_values_no_store_can_hold_are_refused_before_the_run(store, chang
 
 
 def test_rewards_and_dataset_rows_no_store_can_hold_are_refused_when_given(store):
-    """A NaN or infinite reward, a reward source longer than its column, and a dataset row that is not valid
-    Unicode are RecordErrors at the call; a reward for a call the store does not have is dropped."""
+    """A NaN or infinite reward, a reward source longer than its column, a dataset row that is not valid
+    Unicode, an evaluation name with NUL or settings nested too deep are RecordErrors at the call; a reward
+    for a call the store does not have is dropped."""
     solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: BOXED)}, store=store, run_id="rated")
     for value in (float("nan"), float("inf"), "1"):
         with pytest.raises(sf.RecordError, match="finite number"):
@@ -290,6 +292,11 @@ def test_rewards_and_dataset_rows_no_store_can_hold_are_refused_when_given(store
         store.add_reward(1.0, run_id="rated", source="s" * 101)
     with pytest.raises(sf.RecordError, match="lone surrogate"):
         store.add_dataset("rows", [{"problem": "ok"}, {"problem": "\udc80"}])
+    with pytest.raises(sf.RecordError, match="evaluation name"):
+        store.save_evaluation("eval\x00", graph="g", dataset=None, settings={}, problems=1)
+    with pytest.raises(sf.RecordError, match="nested more than 64 levels"):
+        store.save_evaluation("eval", graph="g", dataset=None, settings={"deep": nested(80)}, problems=1)
+    assert store.evaluations() == []
     store.add_reward(1.0, run_id="rated", call_id="rated/typo#0")
     store.add_reward(0.5, run_id="rated", call_id="rated/generate#0")
     store.flush()

@@ -3,7 +3,6 @@ rewards, datasets and the schema's upgrade path. Every test runs on SQLite and o
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import math
@@ -21,7 +20,7 @@ from helpers import rsa
 
 import scaffold as sf
 from scaffold._call import call_seed
-from scaffold._errors import BackendError, SchemaVersionError, StoreError
+from scaffold._errors import BackendError, SchemaVersionError
 from scaffold._json import to_json
 from scaffold._types import Completion, Status, Trace, TraceKind, Usage
 from scaffold.store import Store
@@ -433,11 +432,7 @@ def test_add_dataset_registers_rows_without_runs(store):
 
 
 # -- one bad record must not disable the store ----------------------------------------------------------------
-
-
-def close_quietly(store: Store) -> None:
-    with contextlib.suppress(StoreError):
-        store.close()
+# (more in test_store_isolation.py and test_store_fuzz.py)
 
 
 def then_a_normal_run_is_recorded(store: Store) -> None:
@@ -446,92 +441,69 @@ def then_a_normal_run_is_recorded(store: Store) -> None:
     assert store.run("after").status == "ok" and [t.answer for t in store.traces("after")] == ["5"]
 
 
-def test_a_reward_for_an_unknown_call_does_not_disable_the_store(store_url):
-    """A reward naming a call that does not exist is refused or dropped; later runs are still recorded."""
-    store = Store(store_url)
-    try:
-        solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: "\\boxed{1}")}, store=store,
-                      run_id="rated")
-        with contextlib.suppress(StoreError):  # refusing the bad reward (now or at flush) is fine
-            store.add_reward(1.0, run_id="rated", call_id="rated/typo#0")
-            store.flush()
-        then_a_normal_run_is_recorded(store)
-        store.add_reward(0.5, run_id="rated", call_id="rated/generate#0")
+def test_a_reward_for_an_unknown_call_is_dropped_and_the_store_keeps_recording(store, caplog):
+    """A reward naming a call that does not exist is dropped with a warning in the store's log; the next
+    reward and run are recorded."""
+    solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: "\\boxed{1}")}, store=store,
+                  run_id="rated")
+    with caplog.at_level("WARNING", logger="scaffold.store"):
+        store.add_reward(1.0, run_id="rated", call_id="rated/typo#0")
         store.flush()
-        assert [r["value"] for r in store.rewards("rated")] == [0.5]
-    finally:
-        close_quietly(store)
+    assert any("reward dropped" in record.getMessage() and "rated/typo#0" in record.getMessage()
+               for record in caplog.records)
+    then_a_normal_run_is_recorded(store)
+    store.add_reward(0.5, run_id="rated", call_id="rated/generate#0")
+    store.flush()
+    assert [r["value"] for r in store.rewards("rated")] == [0.5]
 
 
-def test_a_completion_containing_a_nul_character_is_recorded(store_url):
-    """Model text with a NUL character (random models emit one) is recorded, and the store keeps working."""
+def test_a_completion_containing_a_nul_character_is_recorded(store):
+    """Model text with a NUL character (random models emit one) is recorded: as it is on SQLite, with the NUL
+    shown as U+FFFD on PostgreSQL, whose text cannot hold it; the store keeps working."""
     text = "half\x00way \\boxed{1}"
-    store = Store(store_url)
-    try:
-        result = solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: text)}, store=store,
-                               run_id="nul")
-        assert result.answer == "1"
-        (stored,) = store.traces("nul")
-        assert stored.text in (text, text.replace("\x00", "\ufffd"))  # exact, or with NUL visibly replaced
-        then_a_normal_run_is_recorded(store)
-    finally:
-        close_quietly(store)
+    result = solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: text)}, store=store,
+                           run_id="nul")
+    assert result.answer == "1"
+    (stored,) = store.traces("nul")
+    postgres = store.url.get_backend_name() == "postgresql"
+    assert stored.text == (text.replace("\x00", "\ufffd") if postgres else text)
+    assert stored.metadata.get("sanitised") == (["text"] if postgres else None)
+    then_a_normal_run_is_recorded(store)
 
 
-def test_an_over_long_run_id_never_disables_the_store(store_url):
-    """A run id longer than the runs.id column is refused up front or recorded; later runs are still recorded."""
-    store = Store(store_url)
-    try:
-        with contextlib.suppress(sf.ScaffoldError):
-            solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: "\\boxed{1}")}, store=store,
-                          run_id="r" * 250)
-        then_a_normal_run_is_recorded(store)
-    finally:
-        close_quietly(store)
+def test_a_long_run_id_is_recorded(store):
+    """A 250-character run id fits every column it goes into (run ids and trace ids are unbounded text)."""
+    solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: "\\boxed{1}")}, store=store,
+                  run_id="r" * 250)
+    assert store.run("r" * 250).status == "ok" and [t.id for t in store.traces("r" * 250)] == [
+        "r" * 250 + "/generate#0"]
+    then_a_normal_run_is_recorded(store)
 
 
-def test_a_seed_beyond_32_bits_is_recorded_exactly(store_url):
+def test_a_seed_beyond_32_bits_is_recorded_exactly(store):
     """A user seed of 2**40 (a millisecond timestamp, say) is recorded as given, and the run can be resumed."""
-    store = Store(store_url)
-    try:
-        seed = 2**40 + 7
-        first = rsa.build(n=4, k=2, steps=1).run_sync(
-            {"problem": "p"}, models={"solver": ScriptedBackend(lambda r: f"{r.seed} \\boxed{{1}}")}, store=store,
-            run_id="wide", seed=seed)
-        assert store.run("wide").seed == seed == first.seed
-        again = ScriptedBackend(lambda r: "never")
-        resumed = rsa.build(n=4, k=2, steps=1).run_sync({"problem": "p"}, models={"solver": again}, store=store,
-                                                        run_id="wide")
-        assert again.calls == 0 and resumed.seed == seed
-        then_a_normal_run_is_recorded(store)
-    finally:
-        close_quietly(store)
+    seed = 2**40 + 7
+    first = rsa.build(n=4, k=2, steps=1).run_sync(
+        {"problem": "p"}, models={"solver": ScriptedBackend(lambda r: f"{r.seed} \\boxed{{1}}")}, store=store,
+        run_id="wide", seed=seed)
+    assert store.run("wide").seed == seed == first.seed
+    again = ScriptedBackend(lambda r: "never")
+    resumed = rsa.build(n=4, k=2, steps=1).run_sync({"problem": "p"}, models={"solver": again}, store=store,
+                                                    run_id="wide")
+    assert again.calls == 0 and resumed.seed == seed
+    then_a_normal_run_is_recorded(store)
 
 
-def test_a_record_the_store_cannot_encode_fails_the_run_instead_of_hanging_it(store_url, monkeypatch):
-    """A seed no database integer holds (2**64) is refused or raises StoreError: Graph.run must not hang."""
-    store = Store(store_url)
-    outcome: list[Any] = []
-    died: list[str] = []  # a thread that dies of an exception is what this test reports, below
+def test_a_seed_no_column_holds_is_refused_before_the_run_and_nothing_hangs(store, monkeypatch):
+    """A seed of 2**64 is an InputError before any call (it used to leave the writer failed and the run
+    waiting forever); no thread dies, nothing is recorded, the next run is."""
+    died: list[str] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: died.append(f"{args.thread.name}: {args.exc_value!r}"))
-
-    def target() -> None:
-        try:
-            solo.run_sync({"problem": "p"}, models={"m": ScriptedBackend(lambda r: "\\boxed{1}")}, store=store,
-                          run_id="huge", seed=2**64)
-            outcome.append(store.run("huge").seed)
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    try:
-        thread.start()
-        thread.join(5)
-        assert not thread.is_alive(), f"Graph.run never returned; threads that died: {died}"
-        assert died == []
-        assert outcome == [2**64] or isinstance(outcome[0], sf.ScaffoldError), outcome
-    finally:
-        close_quietly(store)
+    backend = ScriptedBackend(lambda r: "\\boxed{1}")
+    with pytest.raises(sf.InputError, match="does not fit in 64 bits"):
+        solo.run_sync({"problem": "p"}, models={"m": backend}, store=store, run_id="huge", seed=2**64)
+    assert backend.calls == 0 and died == [] and store.runs() == []
+    then_a_normal_run_is_recorded(store)
 
 
 # -- schema versions -----------------------------------------------------------------------------------------

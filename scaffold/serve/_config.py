@@ -12,7 +12,8 @@ A TOML file (every table but ``[served.NAME]`` is optional)::
     allowed_hosts = ["api.example.com"]   # Host headers accepted (default: loopback names on loopback, else any)
     max_body_bytes = 8388608              # larger bodies: 413, before they are read
     max_json_values = 100000              # more values (objects, arrays, items) in one body: 413, before parsing
-    read_timeout = 30                     # seconds to receive a request's head, and then its body (else 408)
+    head_timeout = 10                     # seconds a connection has to send a request's head (else closed)
+    read_timeout = 30                     # seconds to receive a request's body once its head arrived (else 408)
     keep_alive_timeout = 5                # an idle kept-alive connection is closed after this
     max_connections = 1024                # open connections beyond this are answered 503
 
@@ -157,9 +158,11 @@ class ServerSettings(_Strict):
     max_json_values: Annotated[int, Field(ge=100)] = 100_000
     """Most JSON values (objects, arrays and their items) in one body; more is a 413 before parsing, which
     bounds how long one body can hold the event loop."""
+    head_timeout: Seconds = 10.0
+    """Seconds a connection has to send a request's head, from its opening or its previous answer (else the
+    connection is closed: idle and slow-header connections do not pile up)."""
     read_timeout: Seconds = 30.0
-    """Seconds a client has to send a request's head, and then its whole body (else the connection is
-    closed, or the request answered 408)."""
+    """Seconds a request has to send its whole body once its head arrived (else 408, connection closed)."""
     keep_alive_timeout: Annotated[int, Field(ge=1)] = 5
     """Seconds an idle kept-alive connection stays open."""
     max_connections: Annotated[int, Field(ge=1)] | None = None

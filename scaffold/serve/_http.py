@@ -2,7 +2,7 @@
 
 uvicorn bounds idle kept-alive connections and, with ``limit_concurrency``, open connections; it has no
 deadline for a request's head and no cap on its size. :class:`HttpLimits` says all of it in one place, and
-:func:`uvicorn_config` applies it: a connection must send a complete request head within ``read_timeout``
+:func:`uvicorn_config` applies it: a connection must send a complete request head within ``head_timeout``
 seconds of opening (or of its previous answer) and in at most ``max_head_bytes``, else it is closed (431 for
 a head too large). The body's own limits (size, deadline, structure) are the app's: :mod:`scaffold.serve._body`.
 """
@@ -24,16 +24,19 @@ class HttpLimits:
     """What one client may cost the server: sizes, deadlines and connections.
 
     Example:
-        >>> HttpLimits(max_body_bytes=1 << 20).read_timeout
-        30.0
+        >>> HttpLimits(max_body_bytes=1 << 20).head_timeout
+        10.0
     """
 
     max_body_bytes: int = 8 * MiB
     """Largest request body (413 beyond)."""
     max_json_values: int = 100_000
     """Most JSON values in one body (413 beyond), checked before it is parsed."""
+    head_timeout: float = 10.0
+    """Seconds a connection has to send a request's head, from its opening or its previous answer (else it is
+    closed: idle and slow-header connections do not pile up)."""
     read_timeout: float = 30.0
-    """Seconds to send a request's head (else the connection is closed), and then its body (else 408)."""
+    """Seconds a request has to send its whole body once its head arrived (else 408)."""
     max_head_bytes: int = 64 * 1024
     """Largest request line and headers together (431 beyond)."""
     keep_alive_timeout: int = 5
@@ -82,7 +85,7 @@ except ImportError:  # pragma: no cover
     _GuardedProtocol: Any = None
 else:
     class _GuardedProtocol(_HttpTools):  # type: ignore[no-redef]
-        """Closes a connection whose request head does not arrive whole within ``limits.read_timeout``, and
+        """Closes a connection whose request head does not arrive whole within ``limits.head_timeout``, and
         answers 431 to one whose head passes ``limits.max_head_bytes``."""
 
         limits: HttpLimits = HttpLimits()
@@ -97,7 +100,7 @@ else:
         def _arm(self) -> None:
             self._disarm()
             self._head_bytes = 0
-            self._head_timer = self.loop.call_later(self.limits.read_timeout, self._head_late)
+            self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_late)
 
         def _disarm(self) -> None:
             timer = getattr(self, "_head_timer", None)

@@ -113,7 +113,8 @@ def http_limits(settings: ServerSettings) -> HttpLimits:
     """The HTTP limits of a ``[server]`` table."""
     connections = settings.max_connections or settings.max_concurrent_requests + settings.max_queued_requests + 256
     return HttpLimits(max_body_bytes=settings.max_body_bytes, max_json_values=settings.max_json_values,
-                      read_timeout=settings.read_timeout, keep_alive_timeout=settings.keep_alive_timeout,
+                      head_timeout=settings.head_timeout, read_timeout=settings.read_timeout,
+                      keep_alive_timeout=settings.keep_alive_timeout,
                       max_connections=connections)
 
 

@@ -137,9 +137,8 @@ class Store:
             raise RecordError(f"a reward must be a finite number, not {value!r}")
         if not isinstance(source, str) or len(source) > 100:
             raise RecordError("a reward's source must be a string of at most 100 characters")
-        for text, what in ((run_id, "run_id"), (call_id, "call_id"), (source, "source")):
-            if text is not None and (not isinstance(text, str) or "\x00" in text or has_lone_surrogate(text)):
-                raise RecordError(f"a reward's {what} must be text without NUL characters or lone surrogates")
+        for text, what in ((run_id, "reward's run_id"), (call_id, "reward's call_id"), (source, "reward's source")):
+            _check_text(text, what)
         _check_record(metadata or {}, "the reward's metadata")
         self.writer.put(("reward", {"run_id": run_id, "call_id": call_id, "value": float(value), "source": source,
                                     "created_at": time.time(), "metadata": to_json(metadata or {})}))
@@ -151,8 +150,7 @@ class Store:
         as given (text that is not valid Unicode, a NUL in the name, rows nested more than 64 levels)."""
         rows = list(rows)
         for text, what in ((name, "dataset name"), (source, "dataset source")):
-            if text is not None and (not isinstance(text, str) or "\x00" in text or has_lone_surrogate(text)):
-                raise RecordError(f"the {what} must be text without NUL characters or lone surrogates")
+            _check_text(text, what)
         for position, row in enumerate(rows):
             _check_record(row, f"row {position} of dataset {name!r}")
         self.writer.put(("dataset", {"name": name, "source": source, "created_at": time.time()}))
@@ -239,8 +237,14 @@ class Store:
     # -- evaluations ------------------------------------------------------------------------------
     def save_evaluation(self, name: str, *, graph: str, dataset: str | None, settings: Mapping[str, Any],
                         problems: int) -> EvaluationInfo:
-        """Record evaluation ``name`` (``scaffold eval``); an existing one is returned unchanged."""
+        """Record evaluation ``name`` (``scaffold eval``); an existing one is returned unchanged. A name or
+        settings no store can hold (a NUL, text that is not valid Unicode, nesting past 64 levels) are a
+        :class:`~scaffold.RecordError` before anything is written."""
         from scaffold.store import _evaluations as evaluations
+
+        for text, what in ((name, "evaluation name"), (graph, "graph name"), (dataset, "dataset name")):
+            _check_text(text, what)
+        _check_record(settings, "the evaluation's settings")
 
         with self.engine.begin() as conn:
             found = evaluations.get(conn, name)
@@ -321,6 +325,11 @@ class Store:
     def cache(self) -> ResponseCache:
         """A response cache over this store's finished calls (see :mod:`scaffold.store._reuse`)."""
         return ResponseCache(self)
+
+
+def _check_text(text: Any, what: str) -> None:
+    if text is not None and (not isinstance(text, str) or "\x00" in text or has_lone_surrogate(text)):
+        raise RecordError(f"the {what} must be text without NUL characters or lone surrogates")
 
 
 def _check_record(value: Any, where: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,8 +18,9 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-u
 
 
 @contextmanager
-def headless_chromium(*, width: int = 1600, height: int = 1000) -> Iterator[Any]:
-    """A Selenium WebDriver on headless Chromium (its console kept: ``driver.get_log("browser")``).
+def headless_chromium(*, width: int = 1600, height: int = 1000, flags: Sequence[str] = ()) -> Iterator[Any]:
+    """A Selenium WebDriver on headless Chromium (its console kept: ``driver.get_log("browser")``); ``flags``
+    are added to Chromium's command line (``--host-resolver-rules=MAP name 127.0.0.1`` to test DNS names).
 
     Example:
         >>> from scaffold.testing import headless_chromium, open_page
@@ -37,7 +38,7 @@ def headless_chromium(*, width: int = 1600, height: int = 1000) -> Iterator[Any]
     profile = tempfile.mkdtemp(prefix="scaffold-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for flag in (*FLAGS, f"--window-size={width},{height}", f"--user-data-dir={profile}"):
+    for flag in (*FLAGS, f"--window-size={width},{height}", f"--user-data-dir={profile}", *flags):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
