@@ -120,14 +120,26 @@ def dumps(value: Any) -> str:
 
 
 def _has_long_text(value: Any, depth: int) -> bool:
-    if isinstance(value, str):
+    """Whether ``value`` holds a text of :data:`_LONG` characters or more within 4 levels (where a run's inputs
+    keep their texts: a problem, candidates, messages); a plain loop, since it runs for every JSON value."""
+    kind = type(value)
+    if kind is str:
         return len(value) >= _LONG
-    if depth > 32:
+    if depth > 3:
         return False
-    if isinstance(value, dict):
-        return any(_has_long_text(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_long_text(v, depth + 1) for v in value)
+    if kind is dict:
+        values: Any = value.values()
+    elif kind is list or kind is tuple:
+        values = value
+    else:
+        return False
+    for item in values:
+        kind = type(item)
+        if kind is str:
+            if len(item) >= _LONG:
+                return True
+        elif (kind is dict or kind is list or kind is tuple) and _has_long_text(item, depth + 1):
+            return True
     return False
 
 
