@@ -346,7 +346,7 @@ class Run:
             check_run_sizes(self.graph, self.inputs)
         if self.subscribers:
             self.emit(RunStarted(self.run_id, self.graph.name, dict(self.inputs), self.seed,
-                                 dict(self.graph.params), self.graph.spec(),
+                                 dict(self.graph.params), self.graph.recorded_spec,
                                  {alias: {"model": model.name, "backend": type(model.backend).__name__}
                                   for alias, model in self.models.items()}))
         self.loop = asyncio.get_running_loop()

@@ -107,6 +107,12 @@ class Graph:
         """The structure as JSON-friendly data."""
         return spec(self)
 
+    @functools.cached_property
+    def recorded_spec(self) -> dict[str, Any]:
+        """:meth:`spec`, computed once (a built graph does not change): what every run's ``RunStarted`` carries.
+        Read it, never change it."""
+        return self.spec()
+
     def count_calls(self, input_sizes: Mapping[str, int] | None = None) -> dict[str, int]:
         """Dry run: model calls per alias (loops with ``until``: at most). No backend is touched."""
         return count_calls(self, input_sizes)

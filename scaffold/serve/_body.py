@@ -7,7 +7,9 @@ In order, each failure a 4xx in OpenAI's error shape, never a 500:
    no page can start a run on a keyless server running on the user's machine.
 2. A declared ``Content-Length`` above ``max_body_bytes`` is a 413 before anything is read; the body is
    then read piece by piece (the event loop serves other requests in between), 413 as soon as it passes
-   ``max_body_bytes``, 408 if it has not all arrived within ``read_timeout``. Both close the connection.
+   ``max_body_bytes``, 408 if it has not all arrived within ``read_timeout`` (answered by scaffold's uvicorn
+   protocol, :mod:`scaffold.serve._http`, when it serves the app; by the app otherwise). Both close the
+   connection.
 3. The JSON's size: more than ``max_json_values`` values is a 413 before parsing. Counting the separators
    and brackets bounds it from above for free; only a body over the bound is counted exactly (strings
    skipped), in slices that yield to the event loop. This bounds how long one parse can hold the loop.
@@ -71,8 +73,11 @@ async def _read(request: Any, limits: HttpLimits) -> tuple[bytes, int]:
             raise _too_large(limits)
     chunks: list[bytes] = []
     size, bound = 0, 1
+    extensions = request.scope.get("extensions") or {}
+    # served through scaffold's uvicorn protocol, the deadline is the protocol's (no timer per request)
+    deadline = None if "scaffold.read_timeout" in extensions else limits.read_timeout
     try:
-        async with asyncio.timeout(limits.read_timeout):
+        async with asyncio.timeout(deadline):
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limits.max_body_bytes:

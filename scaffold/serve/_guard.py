@@ -93,12 +93,10 @@ class Guard:
             await self.app(scope, receive, send)
             return
         host = None
-        authorization = None
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value
-            elif name == b"authorization":
-                authorization = value
+                break
         if not self.hosts(host):
             await self._refuse(send, 400, "this server does not answer for that Host header (set allowed_hosts to "
                                           "serve other names)", "invalid_host")
@@ -106,6 +104,7 @@ class Guard:
         if self.keys and self.protected(scope["path"]):
             from scaffold.serve._errors import ApiError
 
+            authorization = next((value for name, value in scope["headers"] if name == b"authorization"), None)
             try:
                 self.keys.check(authorization.decode("latin-1") if authorization else None)
             except ApiError as exc:

@@ -1,16 +1,19 @@
 """The HTTP server under ``scaffold serve`` and ``scaffold ui``: uvicorn, with limits fit for the open network.
 
 uvicorn bounds idle kept-alive connections and, with ``limit_concurrency``, open connections; it has no
-deadline for a request's head and no cap on its size. :class:`HttpLimits` says all of it in one place, and
-:func:`uvicorn_config` applies it: a connection must send a complete request head within ``head_timeout``
-seconds of opening (or of its previous answer) and in at most ``max_head_bytes``, else it is closed (431 for
-a head too large). The body's own limits (size, deadline, structure) are the app's: :mod:`scaffold.serve._body`.
+deadline for a request's head or body and no cap on a head's size. :class:`HttpLimits` says all of it in one
+place, and :func:`uvicorn_config` applies it: a connection must send a complete request head within
+``head_timeout`` seconds of opening (or of its previous answer) and in at most ``max_head_bytes`` (else it is
+closed; 431 for a head too large), and the body within ``read_timeout`` of its head (else 408). The app reads
+the body's size and structure limits (:mod:`scaffold.serve._body`), and keeps its own body deadline when it is
+served some other way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -85,78 +88,106 @@ except ImportError:  # pragma: no cover
     _GuardedProtocol: Any = None
 else:
     class _GuardedProtocol(_HttpTools):  # type: ignore[no-redef]
-        """Closes a connection whose request head does not arrive whole within ``limits.head_timeout``, and
-        answers 431 to one whose head passes ``limits.max_head_bytes``."""
+        """uvicorn's protocol with deadlines: a connection's request head must arrive whole within
+        ``limits.head_timeout`` (else the connection closes) and in ``limits.max_head_bytes`` (else 431), the
+        body within ``limits.read_timeout`` of its head (else 408). Timers are armed only while something is
+        late to arrive: a request that comes in one piece, as most do, costs none."""
 
         limits: HttpLimits = HttpLimits()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self._phase = "idle"
+            """``idle`` (no request yet, or the last answered), ``head`` or ``body`` (arriving), ``app`` (with the
+            app), or ``refused`` (answered 431 and closing)."""
             self._head_bytes = 0
-            self._head_size = 0
-            self._head_timer: asyncio.TimerHandle | None = None
-            self._arm()
+            self._timer: asyncio.TimerHandle | None = None
+            self._arm(self.limits.head_timeout)  # a connection that never sends anything
 
-        def _arm(self) -> None:
+        def _arm(self, seconds: float) -> None:
             self._disarm()
-            self._head_bytes = 0
-            self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_late)
+            self._timer = self.loop.call_later(seconds, self._late)
 
         def _disarm(self) -> None:
-            timer = getattr(self, "_head_timer", None)
+            timer = getattr(self, "_timer", None)
             if timer is not None:
                 timer.cancel()
-                self._head_timer = None
-
-        def _head_late(self) -> None:
-            self._head_timer = None
-            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-                self.transport.close()
+                self._timer = None
 
         def data_received(self, data: bytes) -> None:
-            if self._head_timer is not None:  # still reading a head (one header line too long to be parsed yet)
+            if self._phase == "idle":
+                self._phase, self._head_bytes = "head", 0
+            if self._phase == "head":  # one header line too long to be parsed yet counts too
                 self._head_bytes += len(data)
                 if self._head_bytes > self.limits.max_head_bytes + MiB:
                     self._refuse_head()
                     return
             super().data_received(data)
+            if self._phase == "head" and self._head_bytes > self.limits.max_head_bytes:
+                self._refuse_head()  # still no end of the head in this many bytes
+            elif self._timer is None and not self.transport.is_closing():
+                if self._phase == "head":
+                    self._arm(self.limits.head_timeout)
+                elif self._phase == "body":
+                    self._arm(self.limits.read_timeout)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self._head_size = 0
-
-        def on_url(self, url: bytes) -> None:
-            super().on_url(url)
-            self._grow(len(url))
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            super().on_header(name, value)
-            self._grow(len(name) + len(value) + 4)
-
-        def _grow(self, size: int) -> None:
-            self._head_size += size
-            if self._head_size > self.limits.max_head_bytes:
-                self._refuse_head()
+            self._phase = "head"
+            self.scope["extensions"] = {"scaffold.read_timeout": {"seconds": self.limits.read_timeout}}
 
         def on_headers_complete(self) -> None:
             self._disarm()
+            self._phase = "body"
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > self.limits.max_head_bytes:  # a head that came whole in one piece (a slower one was
+                self._refuse_head()                # counted as it arrived, in data_received)
+                return
             super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            if self._phase != "refused":
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            if self._phase == "refused":  # what the parser still finds of a refused request is dropped
+                return
+            self._disarm()
+            self._phase = "app"
+            super().on_message_complete()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm()
+            if self._phase == "app":
+                self._phase = "idle"  # uvicorn's keep-alive timer closes it if nothing more comes
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
 
-        def _refuse_head(self) -> None:
+        def _late(self) -> None:
+            self._timer = None
             if self.transport.is_closing():
                 return
-            self._disarm()
-            message = b"request head too large"
-            self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\n"
-                                 b"content-length: " + str(len(message)).encode() + b"\r\nconnection: close\r\n\r\n"
-                                 + message)
+            cycle = self.cycle
+            if self._phase == "body" and cycle is not None and not cycle.response_started:
+                self._answer_and_close(408, "Request Timeout", "the body did not arrive within "
+                                       f"{self.limits.read_timeout:g} seconds", "timeout")
+                cycle.disconnected = True  # the app's next receive() says so, and its answer goes nowhere
+                cycle.message_event.set()
+            elif self._phase in ("idle", "head") and (cycle is None or cycle.response_complete):
+                self.transport.close()
+
+        def _refuse_head(self) -> None:
+            self._phase = "refused"
+            if not self.transport.is_closing():
+                self._disarm()
+                self._answer_and_close(431, "Request Header Fields Too Large", "the request head is larger than "
+                                       f"{self.limits.max_head_bytes} bytes", "head_too_large")
+
+        def _answer_and_close(self, status: int, reason: str, message: str, code: str) -> None:
+            body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                         "code": code}}).encode()
+            self.transport.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: "
+                                 f"{len(body)}\r\nconnection: close\r\n\r\n".encode() + body)
             self.transport.close()
