@@ -20,6 +20,7 @@ In order, each failure a 4xx in OpenAI's error shape, never a 500:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from typing import Any, TypeVar
 
@@ -37,6 +38,7 @@ _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[,{\[]')
 """A JSON string (skipped whole) or a character that adds a value: a separator or an opening bracket."""
 _SLICE = 4096
 """Tokens counted between two yields to the event loop."""
+_NO_DEADLINE = contextlib.nullcontext()
 _LARGE = 1 << 18
 """Bodies this large yield to the event loop once parsed."""
 
@@ -77,7 +79,7 @@ async def _read(request: Any, limits: HttpLimits) -> tuple[bytes, int]:
     # served through scaffold's uvicorn protocol, the deadline is the protocol's (no timer per request)
     deadline = None if "scaffold.read_timeout" in extensions else limits.read_timeout
     try:
-        async with asyncio.timeout(deadline):
+        async with asyncio.timeout(deadline) if deadline is not None else _NO_DEADLINE:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limits.max_body_bytes:

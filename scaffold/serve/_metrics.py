@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from scaffold._events import TraceFinished
+from scaffold._types import TraceKind
+
 if TYPE_CHECKING:
     from scaffold._events import Event, Subscriber
 
@@ -60,9 +63,6 @@ class Metrics:
     def calls_counter(self, model: str) -> Subscriber:
         """A run subscriber counting each model call of served model ``model`` as it finishes (its status,
         tokens and cost): calls cancelled when a client goes away are counted too."""
-        from scaffold._events import TraceFinished
-        from scaffold._types import TraceKind
-
         def count(event: Event) -> None:
             if type(event) is not TraceFinished:
                 return

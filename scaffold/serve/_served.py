@@ -86,6 +86,7 @@ class ServedGraph:
         if not isinstance(self.graph.output, Node):
             raise ConfigError(f"served model {name!r}: the graph must return one node (its text is the answer)")
         self._builds: OrderedDict[tuple[tuple[str, str], ...], Graph] = OrderedDict()
+        self._calls: dict[int, tuple[Graph, int]] = {}
         self.allowed_params = self._allowed_params()
         calls = sum(self.graph.count_calls().values())
         if calls > config.max_calls:
@@ -153,6 +154,15 @@ class ServedGraph:
                     raise ApiError(400, f"{where}={value} is more than model {self.name!r} allows: {bound}, {how}",
                                    param=where)
 
+    def _calls_of(self, graph: Graph) -> int:
+        """Model calls one run of ``graph`` (a served build) can make, counted once per build."""
+        found = self._calls.get(id(graph))
+        if found is None or found[0] is not graph:
+            found = self._calls[id(graph)] = (graph, sum(graph.count_calls().values()))
+            if len(self._calls) > 2 * _BUILDS_KEPT:
+                self._calls.pop(next(iter(self._calls)))
+        return found[1]
+
     def graph_for(self, params: Mapping[str, Any]) -> Graph:
         """The graph built with a request's parameters (cached; a bad one is an :class:`ApiError` 400)."""
         if not params:
@@ -195,7 +205,7 @@ class ServedGraph:
                                 f"it passes: {allowed}", param=refused[0])
         options = body.scaffold
         graph = self.graph_for(options.params)
-        calls = sum(graph.count_calls().values()) * body.n
+        calls = self._calls_of(graph) * body.n
         if calls > config.max_calls:
             raise ApiError(400, f"this request could make up to {calls} model calls; model {self.name!r} "
                                 f"allows {config.max_calls} per request (lower n or scaffold.params)",
