@@ -172,7 +172,7 @@ async def call(
         try:
             if run.reuse and await reused(run, node, request, inputs, outs, index):
                 return
-            if run.subscribers:
+            if run.listeners[CallStarted]:
                 ids = []
                 for i in range(len(outs)):
                     ids.append(f"{run.run_id}/{node.name}#{index + i}")

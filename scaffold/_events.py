@@ -59,4 +59,18 @@ class RunFinished:
 
 Event = RunStarted | CallStarted | TraceFinished | RunFinished
 Subscriber = Callable[[Event], None]
-"""A function called with every event of a run."""
+"""A function called with every event of a run. One that sets an ``events`` attribute (a collection of event
+classes: ``fn.events = (TraceFinished,)``) gets only those; an event no subscriber wants is not even built."""
+EVENTS = (RunStarted, CallStarted, TraceFinished, RunFinished)
+
+
+def wanted_by(subscribers: tuple[Subscriber, ...]) -> dict[type, tuple[Subscriber, ...]]:
+    """Each event class, and the subscribers that get it (their ``events``, by default all).
+
+    Example:
+        >>> def calls(event): pass
+        >>> calls.events = (TraceFinished,)
+        >>> {cls.__name__: len(fns) for cls, fns in wanted_by((calls, print)).items()}
+        {'RunStarted': 1, 'CallStarted': 1, 'TraceFinished': 2, 'RunFinished': 1}
+    """
+    return {cls: tuple(fn for fn in subscribers if cls in getattr(fn, "events", EVENTS)) for cls in EVENTS}

@@ -50,7 +50,7 @@ from scaffold._errors import (
     RunError,
     RunTimeout,
 )
-from scaffold._events import RunFinished, RunStarted, Subscriber, TraceFinished
+from scaffold._events import RunFinished, RunStarted, Subscriber, TraceFinished, wanted_by
 from scaffold._jobs import FunctionJob, Job, Slot
 from scaffold._kinds import expander
 from scaffold._nodes import Node, Quorum
@@ -111,6 +111,8 @@ class Run:
         self.run_id = run_id
         self.seed = seed
         self.subscribers = tuple(subscribers)
+        self.listeners = wanted_by(self.subscribers)
+        """Each event class and the subscribers that want it (an event nobody wants is not built)."""
         self.call_timeout = call_timeout
         self.extract = extract
         self.slots: list[list[Slot]] = []
@@ -217,14 +219,14 @@ class Run:
     def finish(self, slot: Slot, trace: Trace) -> None:
         """Record ``trace`` (emit it) and resolve ``slot`` with it."""
         self.traces.append(trace)
-        if self.subscribers:
+        if self.listeners[TraceFinished]:
             self.emit(TraceFinished(trace))
         self.resolve(slot, trace)
 
     def record(self, trace: Trace) -> None:
         """Record ``trace`` (emit it) without resolving anything: a call cancelled in flight."""
         self.traces.append(trace)
-        if self.subscribers:
+        if self.listeners[TraceFinished]:
             self.emit(TraceFinished(trace))
 
     def _fire(self, job: Job) -> None:
@@ -245,9 +247,9 @@ class Run:
             self._fire(job)
 
     def emit(self, event: Any) -> None:
-        """Call every subscriber; one that raises fails the run (a recorder that cannot record must not
-        let the run go on as if it had)."""
-        for fn in self.subscribers:
+        """Call every subscriber that wants ``event``; one that raises fails the run (a recorder that cannot
+        record must not let the run go on as if it had)."""
+        for fn in self.listeners[type(event)]:
             try:
                 fn(event)
             except Exception as exc:
@@ -344,7 +346,7 @@ class Run:
         # 1) check sizes that only the inputs decide (candidate sets), before anything is sent
         if self.graph.set_inputs:
             check_run_sizes(self.graph, self.inputs)
-        if self.subscribers:
+        if self.listeners[RunStarted]:
             self.emit(RunStarted(self.run_id, self.graph.name, dict(self.inputs), self.seed,
                                  dict(self.graph.params), self.graph.recorded_spec,
                                  {alias: {"model": model.name, "backend": type(model.backend).__name__}
@@ -378,7 +380,7 @@ class Run:
             output=self.graph.collect(self.slots) if self.error is None else None, traces=self.traces,
             error=self.error, started_at=started, finished_at=time.time(), passed=self._passed_sets(),
         )
-        if self.subscribers:
+        if self.listeners[RunFinished]:
             self.emit(RunFinished(result))
             if result.error is None and self.error is not None:  # a subscriber failed on RunFinished
                 result.status, result.error = "error", self.error

@@ -403,3 +403,22 @@ def test_requests_carry_plain_role_content_pairs_equal_to_message() -> None:
     assert request.messages == (sf.Message("system", "Be brief."), sf.Message("user", "Solve x"))
     assert type(request.messages[1]) is tuple
     assert request.last_content == "Solve x"
+
+
+def test_a_subscriber_gets_only_the_events_it_asks_for():
+    """A subscriber with `events = (TraceFinished,)` gets one event per trace and nothing else, while one
+    without the attribute gets every event of the same run, in order."""
+    only_traces: list[object] = []
+    everything: list[object] = []
+
+    def traces(event: object) -> None:
+        only_traces.append(event)
+
+    traces.events = (sf.TraceFinished,)  # type: ignore[attr-defined]
+    models = {"solver": ScriptedBackend(lambda r: boxed(1))}
+    rsa.build(n=4, k=2, steps=1).run_sync({"problem": "p"}, models=models, seed=0, store=None,
+                                           subscribers=[traces, everything.append])
+    assert [type(e).__name__ for e in only_traces] == ["TraceFinished"] * 9
+    kinds = [type(e).__name__ for e in everything]
+    assert kinds[0] == "RunStarted" and kinds[-1] == "RunFinished"
+    assert kinds.count("TraceFinished") == 9 and kinds.count("CallStarted") == 8

@@ -79,6 +79,7 @@ class Metrics:
                 self.child(self.cost, model).inc(trace.cost)
 
         count.__name__ = "metrics"
+        count.events = (TraceFinished,)  # type: ignore[attr-defined]  # no other event is built for it
         return count
 
     def render(self) -> bytes:

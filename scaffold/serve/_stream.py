@@ -190,6 +190,7 @@ class _Progress:
     """A subscriber turning finished model calls into progress events (at most one per interval)."""
 
     __name__ = "progress"
+    events = (TraceFinished,)
 
     def __init__(self, plan: Plan, emit: Emit, chat: bool, response_id: str, model: str, created: int) -> None:
         self.emit, self.chat, self.mode = emit, chat, plan.progress

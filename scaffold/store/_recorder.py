@@ -29,6 +29,8 @@ class Recorder:
     """Records the events of one run into a store (internal; ``Graph.run(store=...)`` makes one)."""
 
     __name__ = "store recorder"
+    events = (RunStarted, TraceFinished, RunFinished)
+    """What it records (a run's start, each trace, its end): no other event is built for it."""
 
     def __init__(self, writer: Writer, models: Mapping[str, Model], *, dataset: str | None = None,
                  item: int | None = None, source: str | None = None) -> None:
