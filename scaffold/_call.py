@@ -26,6 +26,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from scaffold._clock import Clock, is_real, timeout
 from scaffold._errors import BackendError, CallTimeout
 from scaffold._events import CallStarted
 from scaffold._types import Completion, Delta, Finished, Request, Status, Trace, record_maker
@@ -79,10 +80,23 @@ def index_seed(node_part: int, index: int) -> int:
 
 
 # -- layers around Model.complete -------------------------------------------------------------
-def timeout_layer(seconds: float, alias: str | None) -> Layer:
-    """Abandon a call (every retry included) that runs past ``seconds``: :class:`CallTimeout`."""
+def timeout_layer(seconds: float, alias: str | None, clock: Clock | None = None) -> Layer:
+    """Abandon a call (every retry included) that runs past ``seconds``: :class:`CallTimeout`.
+
+    ``seconds`` are measured on ``clock`` (:func:`sender` passes the model's; default: real time).
+    """
 
     def wrap(send: Send) -> Send:
+        if clock is not None and not is_real(clock):
+            async def send_timed_on_clock(request: Request) -> Reply:
+                try:
+                    async with timeout(clock, seconds):
+                        return await send(request)
+                except TimeoutError:
+                    raise CallTimeout(f"call to {alias!r} ran past {seconds}s") from None
+
+            return send_timed_on_clock
+
         async def send_timed(request: Request) -> Reply:
             try:
                 async with asyncio.timeout(seconds):
@@ -126,10 +140,11 @@ def layered(send: Send, layers: Sequence[Layer]) -> Send:
 
 def sender(model: Model, alias: str | None, *, call_timeout: float | None, budget: Budget | None,
            base: Send | None = None) -> Send:
-    """The run's path to ``model``: its ``complete`` (or ``base``) inside the call timeout, inside the budget."""
+    """The run's path to ``model``: its ``complete`` (or ``base``) inside the call timeout (on the model's clock),
+    inside the budget."""
     layers: list[Layer] = []
     if call_timeout is not None:
-        layers.append(timeout_layer(call_timeout, alias))
+        layers.append(timeout_layer(call_timeout, alias, model.clock))
     if budget is not None:
         layers.append(budget_layer(budget))
     return layered(model.complete if base is None else base, layers)

@@ -4,7 +4,8 @@
   not tied to the first event loop that used it, so one :class:`~scaffold.backends.Model`
   can serve ``run_sync`` calls made one after another, or at once from several threads;
   it measures its peak.
-- :class:`RateLimit`: requests or tokens per minute, paced evenly with a small burst.
+- :class:`RateLimit`: requests or tokens per minute, paced evenly with a small burst, on a
+  :class:`~scaffold._clock.Clock` (the real monotonic clock unless a test gives a virtual one).
 
 The pace a provider's 429 answers impose is :class:`~scaffold._throttle.Throttle`.
 """
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import deque
+
+from scaffold._clock import MONOTONIC, Clock
 
 
 class InFlightLimit:
@@ -112,28 +114,36 @@ class RateLimit:
     seconds at most ``burst + w * per_minute / 60`` units start. ``burst`` defaults to one
     second's worth. Reservations never reorder: whoever reserves first starts first.
 
+    Args:
+        per_minute: units allowed per minute.
+        burst: units that may start at once after a pause (default: one second's worth, at least 1).
+        clock: what :meth:`acquire` waits on and what :meth:`reserve` reads when not given ``now=``
+            (default: the real monotonic clock; a test passes :class:`scaffold.testing.VirtualClock`).
+
     Example:
         >>> limit = RateLimit(600)             # 10 per second
         >>> [round(limit.reserve(now=0.0), 2) for _ in range(12)][-3:]
         [0.0, 0.1, 0.2]
     """
 
-    __slots__ = ("per_minute", "interval", "tolerance", "_tat", "_gate", "_lock")
+    __slots__ = ("per_minute", "interval", "tolerance", "clock", "_now", "_tat", "_gate", "_lock")
 
-    def __init__(self, per_minute: float, burst: float | None = None) -> None:
+    def __init__(self, per_minute: float, burst: float | None = None, *, clock: Clock | None = None) -> None:
         if per_minute <= 0:
             raise ValueError(f"a rate limit must be positive, got {per_minute}")
         self.per_minute = per_minute
         self.interval = 60.0 / per_minute
         burst = max(1.0, per_minute / 60.0) if burst is None else max(1.0, burst)
         self.tolerance = (burst - 1.0) * self.interval
+        self.clock: Clock = MONOTONIC if clock is None else clock
+        self._now = self.clock.now  # the real clock's is time.monotonic itself
         self._tat = float("-inf")
         self._gate = InFlightLimit(1)
         self._lock = threading.Lock()  # adjust() runs outside the gate, maybe in another thread
 
     def reserve(self, cost: float = 1.0, *, now: float | None = None) -> float:
         """Book ``cost`` units and return how many seconds to wait before starting."""
-        now = time.monotonic() if now is None else now
+        now = self._now() if now is None else now
         with self._lock:
             tat = max(self._tat, now)
             start = max(now, tat - self.tolerance)
@@ -153,9 +163,9 @@ class RateLimit:
         """
         async with self._gate:
             while True:
-                now = time.monotonic()
+                now = self._now()
                 delay = max(self._tat, now) - self.tolerance - now
                 if delay <= 0:
                     self.reserve(cost, now=now)
                     return
-                await asyncio.sleep(min(delay, 0.05))
+                await self.clock.sleep(min(delay, 0.05))

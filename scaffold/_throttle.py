@@ -40,12 +40,11 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import threading
-import time
 from collections import deque
 
+from scaffold._clock import MONOTONIC, Clock
 from scaffold._limits import InFlightLimit
 
 
@@ -71,6 +70,8 @@ class Throttle:
         min_refused: 429s a window needs to show a limit.
         max_cut: one window cuts the pace to no less than this share of the rate it offered.
         floor: the slowest pace.
+        clock: what :meth:`wait` waits on and what the methods read when not given ``now=`` (default: the real
+            monotonic clock; a test passes :class:`scaffold.testing.VirtualClock` to run in virtual time).
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class Throttle:
         min_refused: int = 3,
         max_cut: float = 0.5,
         floor: float = 0.05,
+        clock: Clock | None = None,
     ) -> None:
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
@@ -100,6 +102,9 @@ class Throttle:
         self.min_window, self.max_window = min_window, max_window
         self.min_requests, self.min_refused, self.max_cut = min_requests, min_refused, max_cut
         self.evidence, self.sure_share = evidence, sure_share
+        self.clock: Clock = MONOTONIC if clock is None else clock
+        """The clock the pace is kept on."""
+        self._now = self.clock.now  # the real clock's is time.monotonic itself
         self.rate: float | None = None
         """Current pace; ``None`` while the throttle is off."""
         self.limited = 0
@@ -107,7 +112,7 @@ class Throttle:
         self.refused = 0
         """429 answers seen in all."""
         self.changes: deque[tuple[float, float | None]] = deque(maxlen=256)
-        """``(time.monotonic(), pace)`` of the latest limits seen and of switching off (``None``)."""
+        """``(clock time, pace)`` of the latest limits seen and of switching off (``None``)."""
         self._lock = threading.Lock()
         self._gate = InFlightLimit(1)  # paced requests leave one at a time, first come first served
         self._next_start = float("-inf")
@@ -131,7 +136,7 @@ class Throttle:
             return
         async with self._gate:
             while (delay := self.reserve()) > 0:
-                await asyncio.sleep(min(delay, 0.05))  # re-read the pace: it may rise while we wait
+                await self.clock.sleep(min(delay, 0.05))  # re-read the pace: it may rise while we wait
 
     def reserve(self, *, now: float | None = None) -> float:
         """Book the next start if it is due (returns 0), else return the seconds until it is.
@@ -142,7 +147,7 @@ class Throttle:
             rate = self.rate
             if rate is None:
                 return 0.0
-            now = time.monotonic() if now is None else now
+            now = self._now() if now is None else now
             interval = 1.0 / rate
             if now >= self._next_start:
                 # a wake-up a little late keeps the schedule; after idling the next start is one interval away
@@ -161,12 +166,12 @@ class Throttle:
         self._last_number = number
         if self.rate is not None:
             with self._lock:
-                self._maybe_decide(time.monotonic() if now is None else now, number)
+                self._maybe_decide(self._now() if now is None else now, number)
         return number
 
     def rate_limited(self, number: int, *, now: float | None = None) -> None:
         """Count a 429 answer to request ``number`` (what :meth:`started` returned)."""
-        now = time.monotonic() if now is None else now
+        now = self._now() if now is None else now
         with self._lock:
             self.refused += 1
             if number < self._cut_number:  # sent before the pace was last cut: says nothing of the new pace

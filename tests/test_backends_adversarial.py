@@ -23,7 +23,7 @@ import scaffold.testing._server as server_module
 from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._types import Completion, Request, Usage
 from scaffold.backends import Retry
-from scaffold.testing import ScriptedBackend
+from scaffold.testing import ScriptedBackend, VirtualClock
 from scaffold.testing._openai_wire import Refusal, error_response
 from scaffold.testing._server import Fault, OpenAIServer
 
@@ -93,12 +93,14 @@ def rate_limit_error_over_http(headers_list: list[tuple[str, str]], headers: tup
 
 def test_cancelling_requests_queued_on_the_request_rate_gives_back_every_in_flight_place():
     """Requests cancelled while waiting on requests-per-minute or on the in-flight limit leave no place taken."""
-    model = sf.Model(ScriptedBackend(lambda r: boxed(1)), max_in_flight=2, requests_per_minute=60)  # 1 per second
+    clock = VirtualClock(auto_advance=False)  # time stands still: the pace holds the requests until cancelled
+    model = sf.Model(ScriptedBackend(lambda r: boxed(1)), max_in_flight=2, requests_per_minute=60,  # 1 per second
+                     clock=clock)
 
     async def main():
         await model.complete(REQUEST)  # books the first second
         waiting = [asyncio.create_task(model.complete(REQUEST)) for _ in range(4)]
-        await asyncio.sleep(0.05)
+        await clock.wait_sleeping(1)  # the first in line waits on the pace (the others queue behind it)
         assert model.limit.in_flight == 2  # two wait on the pace holding places, two wait for a place
         for task in waiting:
             task.cancel()
@@ -110,62 +112,64 @@ def test_cancelling_requests_queued_on_the_request_rate_gives_back_every_in_flig
 
 def test_cancelled_requests_waiting_on_the_429_pace_do_not_hold_back_later_runs():
     """Requests cancelled while the learned 429 pace holds them back give their turns back to the next run."""
-    backend = ScriptedBackend(failing_first(1, lambda: sf.RateLimitError("slow down", retry_after=0.3)))
-    model = sf.Model(backend, retry=Retry.never())
+    clock = VirtualClock()
+    sent: list[float] = []
+    backend = ScriptedBackend(lambda r: sent.append(clock.now()) or boxed(1))
+    model = sf.Model(backend, retry=Retry.never(), clock=clock)
+    model.throttle.rate = 1 / 0.3  # as 429s would set it: one request per 0.3 s
 
     async def main():
-        with pytest.raises(sf.RateLimitError):
-            await model.complete(REQUEST)  # the pace is now one request per 0.3 s
-        queued = [asyncio.create_task(model.complete(REQUEST)) for _ in range(20)]  # booked over 6 s
-        await asyncio.sleep(0.05)
+        await model.complete(REQUEST)  # sent at 0; the next turn is at 0.3
+        queued = [asyncio.create_task(model.complete(REQUEST)) for _ in range(20)]  # their turns would end at 6 s
+        await clock.wait_sleeping(1)  # the first in line waits for its turn, the others behind it
         for task in queued:
             task.cancel()
         await asyncio.gather(*queued, return_exceptions=True)
-        t0 = time.monotonic()
-        await asyncio.wait_for(model.complete(REQUEST), timeout=3.0)
-        return time.monotonic() - t0
+        await model.complete(REQUEST)
 
-    assert asyncio.run(main()) < 1.0
+    asyncio.run(main())
+    assert sent == pytest.approx([0.0, 0.3])  # the later request had the next turn; the cancelled ones took none
 
 
 def test_a_request_backing_off_holds_no_in_flight_place():
     """While a failed request waits to retry, another request may use the model's only in-flight place."""
+    clock = VirtualClock()
     finished: dict[str, float] = {}
     flaky = failing_first(1, lambda: sf.ServerError("500"))
 
     def script(request):
         return flaky(request) if "first" in request.last_content else boxed(2)
 
-    model = sf.Model(ScriptedBackend(script), max_in_flight=1, retry=Retry(attempts=2, initial_delay=0.4, jitter=0))
+    model = sf.Model(ScriptedBackend(script), max_in_flight=1, retry=Retry(attempts=2, initial_delay=0.4, jitter=0),
+                     clock=clock)
 
     async def timed(text: str):
         await model.complete(Request(messages=(("user", text),)))
-        finished[text] = time.monotonic()
+        finished[text] = clock.now()
 
     async def main():
-        t0 = time.monotonic()
         first = asyncio.create_task(timed("first"))
-        await asyncio.sleep(0.05)  # the first request is backing off now
+        await clock.wait_sleeping(1)  # the first request failed and is backing off now
         assert model.limit.in_flight == 0
         await timed("second")
         await first
-        return {text: at - t0 for text, at in finished.items()}
 
-    took = asyncio.run(main())
-    assert took["second"] < 0.3 < took["first"]
+    asyncio.run(main())
+    assert finished == {"second": 0.0, "first": 0.4}
 
 
 def test_a_call_timeout_firing_during_retries_gives_back_the_place_and_the_budget_booking():
     """A call timeout that fires while a call backs off between retries releases its in-flight place and budget."""
+    clock = VirtualClock()
     backend = ScriptedBackend(lambda r: sf.ServerError("always 503"))
-    model = sf.Model(backend, max_in_flight=1, retry=Retry(attempts=50, initial_delay=0.03, max_delay=0.03))
+    retry = Retry(attempts=50, initial_delay=0.03, max_delay=0.03, jitter=0)
+    model = sf.Model(backend, max_in_flight=1, retry=retry, clock=clock)
     budget = sf.Budget(max_tokens=10_000)
-    t0 = time.monotonic()
     result = one_call.run_sync({"problem": "p"}, models={"m": model}, call_timeout=0.2, budget=budget,
                                raise_on_error=False)
-    assert time.monotonic() - t0 < 1.0
     assert isinstance(result.error.__cause__, sf.CallTimeout)
-    assert backend.calls >= 2  # it was retrying when the timeout fired
+    assert clock.now() == 0.2
+    assert backend.calls == 7  # sent at 0, 0.03 ... 0.18: it was backing off to retry when the timeout fired
     assert model.limit.in_flight == 0
     assert budget.remaining_tokens == 10_000 and budget.tokens == 0
 
@@ -189,16 +193,18 @@ def test_a_run_timeout_while_calls_wait_on_the_rate_limit_gives_every_place_back
 
 def test_a_huge_retry_after_is_capped_and_holds_back_no_other_request():
     """Retry-After of a day is capped at ``max_retry_after`` for the retry, and later requests do not wait at all."""
-    backend = ScriptedBackend(failing_first(1, lambda: sf.RateLimitError("come back tomorrow", retry_after=86_400.0)))
-    model = sf.Model(backend, retry=Retry(attempts=3, max_retry_after=0.05))
+    clock = VirtualClock()
+    sent: list[float] = []
+    script = failing_first(1, lambda: sf.RateLimitError("come back tomorrow", retry_after=86_400.0))
+    backend = ScriptedBackend(lambda r: sent.append(clock.now()) or script(r))
+    model = sf.Model(backend, retry=Retry(attempts=3, max_retry_after=0.05, jitter=0), clock=clock)
 
     async def main():
         for _ in range(3):
-            await asyncio.wait_for(model.complete(REQUEST), timeout=2.0)
+            await model.complete(REQUEST)
 
-    t0 = time.monotonic()
     asyncio.run(main())
-    assert time.monotonic() - t0 < 1.0
+    assert sent == [0.0, 0.05, 0.05, 0.05]  # the retry waited the cap, not a day; the next two did not wait
     assert model.throttle.refused == 1 and model.throttle.rate is None
 
 
@@ -247,18 +253,20 @@ def test_a_request_larger_than_the_token_burst_is_sent_and_its_tokens_paid_by_th
     assert limit.reserve(30, now=0.0) == 0.0
     assert limit.reserve(1, now=0.0) == pytest.approx(3.0 - 0.9)
 
+    clock = VirtualClock()
     starts: list[float] = []
 
     def script(request):
-        starts.append(time.monotonic())
+        starts.append(clock.now())
         return Completion(text=boxed(1), usage=Usage(prompt_tokens=0, completion_tokens=1500))
 
-    model = sf.Model(ScriptedBackend(script), tokens_per_minute=60_000, params={"max_tokens": 1500})  # burst 1,000
-    t0 = time.monotonic()
+    model = sf.Model(ScriptedBackend(script), tokens_per_minute=60_000, params={"max_tokens": 1500},  # burst 1,000
+                     clock=clock)
     for _ in range(2):
         one_call.run_sync({"problem": "p"}, models={"m": model})
-    assert starts[0] - t0 < 0.2
-    assert 0.3 < starts[1] - starts[0] < 1.2
+    # the first goes at once (1,502 tokens booked, 1,500 used); the second waits until all but the burst's 999
+    # tokens of tolerance are paid: 1.5 s - 0.999 s
+    assert starts == pytest.approx([0.0, 1.5 - 0.999], abs=1e-9)
 
 
 # -- secrets ---------------------------------------------------------------------------------------------
@@ -338,7 +346,8 @@ def test_a_budget_counts_the_estimate_of_calls_that_report_no_usage():
     with pytest.raises(sf.BudgetExceeded):
         chain.run_sync({"problem": "p"}, models={"m": model}, budget=budget)
     assert backend.calls == 3
-    assert budget.tokens > 150 and budget.remaining_tokens >= 0
+    # each call spent its estimate (prompt characters / 4 + 1 + max_tokens): 52 + 63 + 63; a fourth (63) would not fit
+    assert budget.tokens == 178 and budget.remaining_tokens == 22
 
 
 def test_a_budget_books_n_choices_of_one_request_and_settles_them_together():
@@ -410,7 +419,8 @@ def test_a_waiter_cancelled_while_a_place_crosses_threads_passes_the_place_on():
 
     async def wait_for_a_place():
         waiter.append(asyncio.current_task())  # type: ignore[arg-type]
-        waiting.set()
+        # runs once this task has queued on the limit: acquire() queues in this very step, before it suspends
+        other.call_soon(waiting.set)
         try:
             await limit.acquire()
         except asyncio.CancelledError:
@@ -418,15 +428,22 @@ def test_a_waiter_cancelled_while_a_place_crosses_threads_passes_the_place_on():
 
     thread = threading.Thread(target=other.run_until_complete, args=(wait_for_a_place(),), daemon=True)
     thread.start()
-    assert waiting.wait(5)
-    time.sleep(0.05)  # the waiter is queued on the limit
+    assert waiting.wait(10), "the waiter never queued on the limit"
     other.call_soon_threadsafe(waiter[0].cancel)  # runs on the other loop before the place arrives
     limit.release()
-    thread.join(5)
+    thread.join(10)
+    assert not thread.is_alive(), "the cancelled waiter's loop never finished"
     other.close()
-    assert not thread.is_alive()
     assert limit.in_flight == 0
-    asyncio.run(asyncio.wait_for(limit.acquire(), timeout=1.0))  # the place is free again
+
+    async def take_the_place():  # free and nobody queued: taken at once (the deadline only catches a stale waiter)
+        try:
+            await asyncio.wait_for(limit.acquire(), timeout=10.0)
+        except TimeoutError:
+            pytest.fail("the place never came back to the limit")
+
+    asyncio.run(take_the_place())
+    assert limit.in_flight == 1
 
 
 def test_one_litellm_model_shared_by_threads_over_http():

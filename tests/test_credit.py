@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 
 import pytest
 
@@ -295,13 +294,18 @@ def test_agglm_keeps_every_hard_set_and_a_seeded_share_of_easy_ones():
     assert agglm_select([["3", "3"], ["4"]], "4", easy_fraction=0.0) == [0]
 
 
-def test_credit_for_a_large_spiral_batch_is_fast():
-    """256 prompts × 24 traces with sets: SPIRAL credit in well under a second; set credit sums to zero per run."""
+def test_credit_for_a_large_spiral_batch_sums_to_zero_per_run():
+    """256 prompts × 24 traces with sets: SPIRAL credits every aggregation, and set credit sums to zero per run.
+
+    How fast is measured by ``benchmarks/trainer.py`` (``advantage_ms_256x24``), not asserted here.
+    """
     traces, rewards = synthetic_spiral_records()
     assert len(traces) == 256 * 24
-    start = time.perf_counter()
     credited = assign_credit(traces, rewards, scheme="spiral")
-    assert time.perf_counter() - start < 1.0
     aggregations = [c for c in credited if c.role == "aggregate"]
     assert len(aggregations) == 256 * 16
-    assert sum(c.advantage for c in aggregations) == pytest.approx(0.0, abs=1e-9)
+    per_run: dict[str, float] = {}
+    for c in aggregations:
+        per_run[c.trace.run_id] = per_run.get(c.trace.run_id, 0.0) + c.advantage
+    assert len(per_run) == 256
+    assert max(abs(total) for total in per_run.values()) == pytest.approx(0.0, abs=1e-9)

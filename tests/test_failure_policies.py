@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 
 import pytest
 from helpers import boxed, prompt_of
 
 import scaffold as sf
-from scaffold.testing import ScriptedBackend
+from scaffold._clock import timeout as clock_timeout
+from scaffold.testing import ScriptedBackend, VirtualClock
 
 
 def failing_first(failures: int, error: BaseException | None = None):
@@ -32,13 +32,17 @@ def bad_and_slow(problem):
     return sf.concat(bad, slow)
 
 
-def bad_and_slow_backend() -> ScriptedBackend:
-    def script(request):
+def bad_and_slow_model(clock: VirtualClock) -> sf.Model:
+    """The ``bad`` call fails after 0.01 s, the ``slow`` ones would answer after 0.5 s (of ``clock``'s time)."""
+
+    async def script(request):
         if prompt_of(request).startswith("bad"):
+            await clock.sleep(0.01)
             raise sf.BackendError("server error", retryable=False, status_code=500)
+        await clock.sleep(0.5)
         return boxed(1)
 
-    return ScriptedBackend(script, delay=lambda r: 0.01 if prompt_of(r).startswith("bad") else 0.5)
+    return sf.Model(ScriptedBackend(script), clock=clock)
 
 
 # -- fail fast -----------------------------------------------------------------------------------------
@@ -46,11 +50,12 @@ def bad_and_slow_backend() -> ScriptedBackend:
 
 def test_fail_fast_raises_call_error_with_the_failed_trace():
     """By default the first failed call raises CallError at once; ``.trace`` is the recorded failed trace."""
-    backend = bad_and_slow_backend()
-    t0 = time.perf_counter()
+    clock = VirtualClock()
+    model = bad_and_slow_model(clock)
+    backend = model.backend
     with pytest.raises(sf.CallError) as info:
-        bad_and_slow.run_sync({"problem": "p"}, models={"m": backend}, run_id="r")
-    assert time.perf_counter() - t0 < 0.4  # did not wait for the 0.5 s calls
+        bad_and_slow.run_sync({"problem": "p"}, models={"m": model}, run_id="r")
+    assert clock.now() == 0.01  # raised when the bad call failed, without waiting for the 0.5 s calls
     trace = info.value.trace
     assert trace is not None
     assert trace.id == "r/generate#0"
@@ -79,10 +84,13 @@ def test_backend_exception_becomes_a_call_error_caused_by_it(original: Exception
 def test_fail_fast_cancels_and_records_in_flight_calls():
     """After a failure, calls still in flight are cancelled and recorded with status cancelled."""
     events: list[sf.Event] = []
-    backend = bad_and_slow_backend()
+    clock = VirtualClock()
+    model = bad_and_slow_model(clock)
+    backend = model.backend
     result = bad_and_slow.run_sync(
-        {"problem": "p"}, models={"m": backend}, raise_on_error=False, subscribers=[events.append], run_id="r"
+        {"problem": "p"}, models={"m": model}, raise_on_error=False, subscribers=[events.append], run_id="r"
     )
+    assert clock.now() == 0.01
     assert result.status == "error"
     assert isinstance(result.error, sf.CallError)
     assert result.output is None
@@ -191,15 +199,13 @@ def test_top_k_over_too_few_successes_outputs_only_recorded_traces():
         pop = sf.sample("Solve {problem}", model="m", n=4, on_error="drop")
         return sf.top_k(pop, k=2, score=lambda t: 1.0)
 
-    result = g.run_sync({"problem": "p"}, models={"m": ScriptedBackend(failing_first(3))}, raise_on_error=False)
-    if result.ok:
-        recorded = {t.id for t in result.traces}
-        assert result.output, "an ok run must output the member that succeeded"
-        for trace in result.output:
-            assert trace.id in recorded
-            assert trace.ok
-    else:
-        assert isinstance(result.error, sf.RunError)
+    result = g.run_sync({"problem": "p"}, models={"m": ScriptedBackend(failing_first(3))}, raise_on_error=False,
+                        run_id="r")
+    # under ``drop`` the set is what succeeded: top_k(k=2) of a one-member set is that member, not an error
+    assert result.ok
+    assert [t.id for t in result.output] == ["r/sample#3"]
+    recorded = {t.id: t for t in result.traces}
+    assert all(recorded[t.id] is t and t.ok for t in result.output)
 
 
 @pytest.mark.parametrize("policy", [sf.Quorum(3), 3], ids=["Quorum", "int"])
@@ -249,17 +255,24 @@ def fast_and_slow(problem):
     return sf.concat(sf.generate("fast {problem}", model="m"), sf.generate("slow {problem}", model="m"))
 
 
-def fast_and_slow_backend() -> ScriptedBackend:
-    return ScriptedBackend(lambda r: boxed(1), delay=lambda r: 0.5 if prompt_of(r).startswith("slow") else 0.01)
+def fast_and_slow_backend(sleep=asyncio.sleep) -> ScriptedBackend:
+    """The ``fast`` call answers at once; the ``slow`` one would take 30 s of ``sleep`` (real time by default)."""
+
+    async def script(request):
+        if prompt_of(request).startswith("slow"):
+            await sleep(30)
+        return boxed(1)
+
+    return ScriptedBackend(script)
 
 
 def test_call_timeout_fails_the_call_with_call_timeout_as_cause():
-    """``call_timeout=`` makes a slow call fail with CallError whose cause is CallTimeout."""
-    backend = fast_and_slow_backend()
-    t0 = time.perf_counter()
+    """``call_timeout=`` makes a slow call fail with CallError caused by CallTimeout (timed on the model's clock)."""
+    clock = VirtualClock()
+    model = sf.Model(fast_and_slow_backend(clock.sleep), clock=clock)
     with pytest.raises(sf.CallError) as info:
-        fast_and_slow.run_sync({"problem": "p"}, models={"m": backend}, call_timeout=0.1)
-    assert time.perf_counter() - t0 < 0.4
+        fast_and_slow.run_sync({"problem": "p"}, models={"m": model}, call_timeout=0.1)
+    assert clock.now() == 0.1  # failed when the timeout fired, not when the slow call would have answered
     assert isinstance(info.value.__cause__, sf.CallTimeout)
     assert isinstance(info.value.__cause__, TimeoutError)
     assert info.value.trace.node == "generate_2"
@@ -273,29 +286,42 @@ def test_call_timeout_under_drop_keeps_the_run_going():
     def g(problem):
         return sf.vote(sf.sample("Solve {problem}", model="m", n=3, on_error="drop"))
 
+    clock = VirtualClock()
     slow_once = itertools.count()
-    backend = ScriptedBackend(lambda r: boxed(4), delay=lambda r: 0.5 if next(slow_once) == 0 else 0.01)
-    result = g.run_sync({"problem": "p"}, models={"m": backend}, call_timeout=0.1)
+
+    async def script(request):
+        await clock.sleep(0.5 if next(slow_once) == 0 else 0.01)
+        return boxed(4)
+
+    result = g.run_sync({"problem": "p"}, models={"m": sf.Model(ScriptedBackend(script), clock=clock)},
+                        call_timeout=0.1, run_id="r")
     assert result.ok and result.answer == "4"
-    errors = [t for t in result.node("sample") if t.status is sf.Status.ERROR]
-    assert len(errors) == 1 and "CallTimeout" in errors[0].error
+    assert {t.id: t.status for t in result.node("sample")} == {
+        "r/sample#0": sf.Status.ERROR, "r/sample#1": sf.Status.OK, "r/sample#2": sf.Status.OK,
+    }
+    assert "CallTimeout" in result.node("sample")[0].error
+    assert clock.now() == 0.1
+
+
+# The run timeout is kept by the event loop in real time (not on a model's clock). The slow call would take 30 s,
+# so the run can only end early by the timeout cancelling it (were it broken, the run would end after 30 s, ok, and
+# the test fail). The fast call answers within a few turns of the event loop, under a millisecond: the 0.5 s before
+# the timeout fires leave it a margin of hundreds of times that, which a loaded 2-core machine does not eat.
 
 
 def test_run_timeout_raises_run_timeout():
     """``timeout=`` bounds the whole run: RunTimeout (a TimeoutError) is raised without waiting for slow calls."""
     backend = fast_and_slow_backend()
-    t0 = time.perf_counter()
     with pytest.raises(sf.RunTimeout) as info:
-        fast_and_slow.run_sync({"problem": "p"}, models={"m": backend}, timeout=0.1)
-    assert time.perf_counter() - t0 < 0.4
+        fast_and_slow.run_sync({"problem": "p"}, models={"m": backend}, timeout=0.5)
     assert isinstance(info.value, TimeoutError)
-    assert backend.in_flight == 0
+    assert backend.calls == 2 and backend.in_flight == 0  # the slow call was cancelled, not waited for
 
 
 def test_run_timeout_records_in_flight_calls_as_cancelled():
     """After a run timeout the finished call is ok and the one in flight is recorded as cancelled."""
     result = fast_and_slow.run_sync(
-        {"problem": "p"}, models={"m": fast_and_slow_backend()}, timeout=0.1, raise_on_error=False, run_id="r"
+        {"problem": "p"}, models={"m": fast_and_slow_backend()}, timeout=0.5, raise_on_error=False, run_id="r"
     )
     assert result.status == "timeout"
     assert isinstance(result.error, sf.RunTimeout)
@@ -315,21 +341,26 @@ def test_cancelling_the_run_task_cancels_calls_and_releases_the_limit():
     def g(problem):
         return sf.vote(sf.sample("Solve {problem}", model="m", n=6))
 
-    backend = ScriptedBackend(lambda r: boxed(1), delay=1.0)
-    model = sf.Model(backend, max_in_flight=2)
+    clock = VirtualClock()
+
+    async def script(request):
+        await clock.sleep(1.0)
+        return boxed(1)
+
+    backend = ScriptedBackend(script)
+    model = sf.Model(backend, max_in_flight=2, clock=clock)
     events: list[sf.Event] = []
 
     async def main():
         task = asyncio.create_task(g.run({"problem": "p"}, models={"m": model}, subscribers=[events.append]))
-        await asyncio.sleep(0.05)
+        await clock.wait_sleeping(2)  # both calls that got a place are answering
         assert backend.in_flight == 2 and model.limit.in_flight == 2
-        t0 = time.perf_counter()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert time.perf_counter() - t0 < 0.5
 
     asyncio.run(main())
+    assert clock.now() == 0.0  # cancelled at once: no call ran to its answer
     assert backend.in_flight == 0
     assert model.limit.in_flight == 0
     assert backend.calls == 2  # the four calls waiting for a place were never sent
@@ -346,15 +377,26 @@ def test_limit_is_usable_after_a_cancelled_run():
     def g(problem):
         return sf.vote(sf.sample("Solve {problem}", model="m", n=4))
 
-    slow = ScriptedBackend(lambda r: boxed(1), delay=lambda r: 1.0 if prompt_of(r).endswith("slow") else 0.01)
-    model = sf.Model(slow, max_in_flight=1)
+    clock = VirtualClock()
+
+    async def script(request):
+        await clock.sleep(1.0 if prompt_of(request).endswith("slow") else 0.01)
+        return boxed(1)
+
+    model = sf.Model(ScriptedBackend(script), max_in_flight=1, clock=clock)
 
     async def main():
-        task = asyncio.create_task(g.run({"problem": "slow"}, models={"m": model}))
-        await asyncio.sleep(0.05)
+        task = asyncio.create_task(g.run({"problem": "slow"}, models={"m": model}, store=None))
+        await clock.wait_sleeping(1)  # the first call holds the only place; three wait for it
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        return await asyncio.wait_for(g.run({"problem": "fast"}, models={"m": model}), 1.0)
+        # a leaked place leaves the next run waiting with nothing else to do, so virtual time runs out at once
+        # (no store: waiting on its writer thread would count as idle too, and let the 60 s pass meanwhile)
+        try:
+            async with clock_timeout(clock, 60.0):
+                return await g.run({"problem": "fast"}, models={"m": model}, store=None)
+        except TimeoutError:
+            pytest.fail("the run after the cancelled one never got the model's place: the cancelled run kept it")
 
     result = asyncio.run(main())
     assert result.answer == "1"

@@ -14,7 +14,7 @@ from scaffold._builder import current_builder
 from scaffold._kinds import expander, expands
 from scaffold._kinds.registry import members, when_ready
 from scaffold._nodes import CallNode, Node, SetNode
-from scaffold.testing import ScriptedBackend
+from scaffold.testing import ScriptedBackend, VirtualClock
 
 
 @dataclass(eq=False)
@@ -99,12 +99,40 @@ def test_layers_wrap_in_order_and_no_layer_leaves_model_complete_itself():
     assert plain == model.complete
 
 
+def test_the_call_timeout_is_kept_on_the_models_clock():
+    """``sender`` times a run's call timeout on the model's clock: every retry counts against it."""
+    clock = VirtualClock()
+    sent: list[float] = []
+
+    def script(request: sf.Request) -> Any:
+        sent.append(clock.now())
+        return sf.ServerError("503")
+
+    model = sf.Model(ScriptedBackend(script), retry=sf.Retry(attempts=10, initial_delay=1.0, jitter=0), clock=clock)
+    send = _call.sender(model, "m", call_timeout=2.5, budget=None)
+    with pytest.raises(sf.CallTimeout, match="call to 'm' ran past 2.5s"):
+        asyncio.run(send(sf.Request(messages=(("user", "q"),))))
+    assert sent == [0.0, 1.0] and clock.now() == 2.5  # cut while backing off 2 s after the second attempt
+
+
 def test_timeout_layer_raises_call_timeout_and_budget_layer_settles_a_failed_call():
+    """The call timeout cuts a slow send with CallTimeout, in real time or on a given clock; the budget layer
+    gives back what a failed call booked."""
+
     async def slow(request: sf.Request) -> Any:
-        await asyncio.sleep(5)
+        await asyncio.sleep(30)  # would answer after 30 s: only the timeout ends it sooner
 
     with pytest.raises(sf.CallTimeout, match="call to 'judge' ran past 0.01s"):
         asyncio.run(_call.timeout_layer(0.01, "judge")(slow)(sf.Request(messages=(("user", "q"),))))
+
+    clock = VirtualClock()
+
+    async def slow_on_clock(request: sf.Request) -> Any:
+        await clock.sleep(30)
+
+    with pytest.raises(sf.CallTimeout, match="call to 'judge' ran past 2.5s"):
+        asyncio.run(_call.timeout_layer(2.5, "judge", clock)(slow_on_clock)(sf.Request(messages=(("user", "q"),))))
+    assert clock.now() == 2.5 and clock.sleeping == 0
 
     budget = sf.Budget(max_tokens=10_000)
 

@@ -81,7 +81,7 @@ def test_best_of_with_an_async_scorer():
     """best_of awaits an async scorer and keeps the highest-scoring member, recording every score."""
 
     async def scorer(trace: Trace) -> float:
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0)  # suspends once, as a scorer waiting on I/O would
         return float(len(trace.text))
 
     out = run_rule(lambda s: sf.best_of(s, scorer=scorer), [boxed(1), boxed(22222), boxed(333)])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -13,7 +12,7 @@ from helpers import boxed
 
 import scaffold as sf
 from scaffold._types import Request
-from scaffold.testing import ScriptedBackend
+from scaffold.testing import ScriptedBackend, VirtualClock
 
 REQUEST = Request(messages=(("user", "2+2?"),))
 
@@ -127,7 +126,11 @@ def test_429s_for_requests_sent_before_a_cut_do_not_cut_again():
     for i, number in enumerate(numbers[30:]):  # fresh requests at the new pace; 429s only for those sent before
         throttle.started(now=1.0 + i / 10)
         throttle.rate_limited(number, now=1.0 + i / 10)
-    assert throttle.limited == 1 and (throttle.rate is None or throttle.rate >= pace)
+    assert pace == pytest.approx(152.32)
+    # not cut again; and with those 429s counting for nothing, the last one counted (at 0.29 s) was ``quiet``
+    # (2 s) old when a window closed at 2.5 s, so the throttle switched off there
+    assert throttle.limited == 1 and throttle.rate is None
+    assert list(throttle.changes) == [(0.25, pace), (2.5, None)]
     assert throttle.refused == 60
 
 
@@ -139,11 +142,12 @@ def test_counts_are_exact_across_threads(fast_thread_switching):
         for _ in range(5_000):
             throttle.rate_limited(throttle.started())
 
-    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(60)  # a deadlock fails here instead of hanging (40,000 counts take well under a second)
+    assert not any(thread.is_alive() for thread in threads), "a thread is stuck on the throttle's lock"
     assert throttle.refused == 40_000
 
 
@@ -160,40 +164,39 @@ def test_settings_are_checked():
 
 def test_retry_after_holds_back_only_the_request_that_received_it():
     """One 429 asking for 0.5 s delays that request's retry; the model's other requests go at once."""
+    clock = VirtualClock()
     starts: dict[str, list[float]] = {}
     first = [True]
 
     def script(request):
-        starts.setdefault(request.last_content, []).append(time.monotonic())
+        starts.setdefault(request.last_content, []).append(clock.now())
         if request.last_content == "slow" and first[0]:
             first[0] = False
             raise sf.RateLimitError("429", status_code=429, retry_after=0.5)
         return boxed(1)
 
-    model = sf.Model(ScriptedBackend(script), retry=sf.Retry(attempts=3))
+    model = sf.Model(ScriptedBackend(script), retry=sf.Retry(attempts=3, jitter=0.0), clock=clock)
 
     async def main():
-        t0 = time.monotonic()
         await asyncio.gather(model.complete(Request(messages=(("user", "slow"),))),
                              *(model.complete(Request(messages=(("user", f"q{i}"),))) for i in range(5)))
-        return t0
 
-    t0 = asyncio.run(main())
-    assert starts["slow"][1] - starts["slow"][0] >= 0.5
-    assert all(times[0] - t0 < 0.1 for key, times in starts.items() if key != "slow")
+    asyncio.run(main())
+    assert starts == {"slow": [0.0, 0.5], **{f"q{i}": [0.0] for i in range(5)}}
     assert model.throttle.rate is None and model.throttle.refused == 1
 
 
 def test_a_model_shares_its_pace_with_every_run_and_event_loop():
     """A pace on a Model holds across runs made one after another on different event loops."""
-    model = sf.Model(ScriptedBackend(lambda r: boxed(1)))
+    clock = VirtualClock()
+    sent: list[float] = []
+    model = sf.Model(ScriptedBackend(lambda r: sent.append(clock.now()) or boxed(1)), clock=clock)
     model.throttle.rate = 20.0  # as a limit would set it: 20 requests per second
 
     async def five():
         for _ in range(5):
             await model.complete(REQUEST)
 
-    t0 = time.monotonic()
     asyncio.run(five())
-    asyncio.run(five())
-    assert time.monotonic() - t0 >= 9 / 20 - 0.02
+    asyncio.run(five())  # the second loop's first request waits for its turn after the first loop's last
+    assert sent == pytest.approx([i / 20 for i in range(10)], abs=1e-9)

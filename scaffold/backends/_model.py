@@ -3,17 +3,18 @@
 Everything that must hold across nested fan-out and many concurrent runs lives on this
 object — the in-flight limit, requests and tokens per minute, the pace a provider's 429s impose —
 so every run given the same ``Model`` shares one budget. ``Model.complete`` is the one
-place a request is sent: limits, per-attempt timeout and retries wrap the backend there.
+place a request is sent: limits, per-attempt timeout and retries wrap the backend there, all
+kept on the model's :class:`~scaffold._clock.Clock` (real time unless a test gives a virtual one).
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from scaffold._clock import MONOTONIC, Clock, timeout
 from scaffold._errors import BackendError, ModelAliasError, RateLimitError, RequestTimeout
 from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._secrets import SECRET_HEADERS, SECRET_PARAMS
@@ -72,6 +73,10 @@ class Model:
             delays the retry of the request that received it (capped by ``max_retry_after``).
         throttle: the pacing that engages when the provider shows a rate limit (default: ``Throttle()``;
             see :mod:`scaffold._throttle`), shared by every run using this ``Model``.
+        clock: what the pacers, the default throttle, the retry backoff, the per-attempt ``timeout`` and a
+            run's ``call_timeout`` read and wait on (default: the real monotonic clock). A test passes
+            :class:`scaffold.testing.VirtualClock` to run them in virtual time; a ``throttle`` given keeps
+            its own clock.
 
     Example:
         >>> from scaffold.testing import ScriptedBackend
@@ -91,6 +96,8 @@ class Model:
     """The tokens-per-minute pacer."""
     throttle: Throttle
     """The pace this model's 429 answers impose (off until they show a limit), shared by every run."""
+    clock: Clock
+    """The clock its limits, backoff and timeouts are kept on."""
 
     def __init__(
         self,
@@ -104,6 +111,7 @@ class Model:
         timeout: float | None = None,
         retry: Retry | None = None,
         throttle: Throttle | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"a timeout must be positive, got {timeout}")
@@ -136,10 +144,11 @@ class Model:
         self.tokens_per_minute = tokens_per_minute
         self.timeout = timeout
         self.retry = retry if retry is not None else Retry()
+        self.clock = clock = MONOTONIC if clock is None else clock
         self.limit = InFlightLimit(max_in_flight) if max_in_flight is not None else None
-        self.rpm = RateLimit(requests_per_minute) if requests_per_minute is not None else None
-        self.tpm = RateLimit(tokens_per_minute) if tokens_per_minute is not None else None
-        self.throttle = throttle if throttle is not None else Throttle()
+        self.rpm = RateLimit(requests_per_minute, clock=clock) if requests_per_minute is not None else None
+        self.tpm = RateLimit(tokens_per_minute, clock=clock) if tokens_per_minute is not None else None
+        self.throttle = throttle if throttle is not None else Throttle(clock=clock)
         self._rng = random.Random()
 
     def __repr__(self) -> str:
@@ -153,7 +162,7 @@ class Model:
         attempt, backoff = 1, 0.0
         while True:
             if backoff:  # waited without a place: a request backing off is not in flight
-                await asyncio.sleep(backoff)
+                await self.clock.sleep(backoff)
             limit = self.limit
             if limit is not None:
                 await limit.acquire()
@@ -171,7 +180,7 @@ class Model:
                     completions = await self.backend.complete(request)
                 else:
                     try:
-                        async with asyncio.timeout(self.timeout):
+                        async with timeout(self.clock, self.timeout):
                             completions = await self.backend.complete(request)
                     except TimeoutError:
                         raise RequestTimeout(f"no answer within {self.timeout}s") from None
@@ -202,6 +211,7 @@ class Model:
         for that first item); once text has been handed on, a failure is raised as it is, with ``attempts``.
 
         Example:
+            >>> import asyncio
             >>> from scaffold.testing import ScriptedBackend
             >>> async def deltas():
             ...     model = Model(ScriptedBackend(lambda r: "so 4"), max_in_flight=1)
@@ -212,7 +222,7 @@ class Model:
         attempt, backoff = 1, 0.0
         while True:
             if backoff:
-                await asyncio.sleep(backoff)
+                await self.clock.sleep(backoff)
             limit = self.limit
             if limit is not None:
                 await limit.acquire()
@@ -226,7 +236,8 @@ class Model:
                         first = await anext(items)
                     else:
                         try:
-                            first = await asyncio.wait_for(anext(items), self.timeout)
+                            async with timeout(self.clock, self.timeout):
+                                first = await anext(items)
                         except TimeoutError:
                             raise RequestTimeout(f"no answer within {self.timeout}s") from None
                     handed_on = True

@@ -3,6 +3,8 @@
 - :class:`ScriptedBackend`: answers from a function or a table; records every request;
   can fail, be slow, and measures how many requests were in flight at once.
 - :class:`SimulatedBackend`: seeded latency (lognormal by default) for benchmarks and examples.
+- :class:`VirtualClock`: virtual time for a :class:`~scaffold.Model`'s pacing, retry backoff and timeouts
+  (``Model(..., clock=VirtualClock())``), so a test asserts when each request went out without waiting.
 - :class:`OpenAIServer`: a real OpenAI-compatible HTTP server on 127.0.0.1 answering from a
   scripted policy, streamed (server-sent events) or not, with fault injection (:class:`Fault`:
   429 + Retry-After, 5xx, slow, malformed, truncated bodies and streams, dropped connections)
@@ -19,6 +21,7 @@
 """
 
 from scaffold.testing._browser import headless_chromium, open_page
+from scaffold.testing._clock import VirtualClock
 from scaffold.testing._faults import SPORADIC_FAULTS, Fault, random_faults
 from scaffold.testing._fuzz import request_bodies, viewer_queries
 from scaffold.testing._postgres import PostgresServer
@@ -31,6 +34,7 @@ from scaffold.testing._tiny_model import build_tiny_model
 __all__ = [
     "ScriptedBackend",
     "SimulatedBackend",
+    "VirtualClock",
     "OpenAIServer",
     "Fault",
     "random_faults",
