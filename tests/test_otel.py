@@ -86,6 +86,7 @@ def test_recorded_runs_export_with_rewards_through_the_cli(tmp_path: Path) -> No
     with sf.Store(sample.path) as store:
         runs = store.runs(graph="rsa")
         traces = {run.id: store.traces(run.id) for run in runs}
+        rewards = {run.id: store.rewards(run.id) for run in runs}
     with OTLPReceiver() as receiver:
         done = subprocess.run([sys.executable, "-m", "scaffold", "--store", sample.path, "runs", "export", "--format",
                                "otlp", "--endpoint", receiver.url, "--graph", "rsa", "--header", "x-key=$OTEL_KEY"],
@@ -96,13 +97,20 @@ def test_recorded_runs_export_with_rewards_through_the_cli(tmp_path: Path) -> No
     assert f"sent {expected} spans" in done.stdout and len(receiver.spans) == expected
     assert {h.get("x-key") for h in receiver.headers} == {"from-env"}
     spans = {s["attributes"].get("scaffold.trace_id"): s for s in receiver.spans}
+    run_spans = {s["attributes"]["scaffold.run_id"]: s for s in receiver.spans if s["name"] == "run rsa"}
+    assert set(run_spans) == {run.id for run in runs}
     for run in runs:
+        per_call = {r["call_id"]: r["value"] for r in rewards[run.id] if r["call_id"] is not None}
+        per_run = [r["value"] for r in rewards[run.id] if r["call_id"] is None]
+        # the evaluation scored every model call and the run itself: each span carries exactly its reward
+        assert set(per_call) == {t.id for t in traces[run.id] if t.kind is sf.TraceKind.MODEL} and len(per_run) == 1
+        assert run_spans[run.id]["attributes"]["scaffold.reward"] == per_run[0]
         for trace in traces[run.id]:
             span = spans[trace.id]
-            if trace.kind is sf.TraceKind.MODEL:
-                assert span["attributes"]["scaffold.reward"] in (0.0, 1.0)  # the evaluation's rewards
+            assert span["attributes"].get("scaffold.reward") == per_call.get(trace.id), trace.id
             assert len(span["links"]) == len(trace.inputs)
-            assert span["start"] == int(trace.started_at * 1e9) or trace.started_at == 0
+            assert trace.started_at > 0  # every recorded trace has its start, so the span keeps it
+            assert span["start"] == int(trace.started_at * 1e9)
     missing = subprocess.run([sys.executable, "-m", "scaffold", "--store", sample.path, "runs", "export", "--format",
                               "otlp"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "--endpoint" in missing.stderr

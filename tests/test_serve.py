@@ -22,20 +22,29 @@ def upstream():
         yield server
 
 
+INPUT_PRICE, OUTPUT_PRICE = 2.0**-10, 2.0**-9
+"""Dollars per token of the priced alias: powers of two, so every cost and every sum of costs is exact."""
+
+
 def config(upstream: OpenAIServer, **served: dict) -> dict:
-    return {"models": {"up": {"model": "hosted_vllm/m", "api_base": upstream.base_url, "max_in_flight": 16}},
+    """``up`` is priced; ``unpriced`` is the same upstream with no price given, and ``hosted_vllm/m`` is in no price
+    map, so its cost is unknown."""
+    entry = {"model": "hosted_vllm/m", "api_base": upstream.base_url, "max_in_flight": 16}
+    return {"models": {"up": {**entry, "input_cost_per_token": INPUT_PRICE, "output_cost_per_token": OUTPUT_PRICE},
+                       "unpriced": entry},
             "served": served}
 
 
 @pytest.fixture
 def served(upstream, tmp_path):
-    """A server with self-MoA (ends in one model call: streams tokens) and self-consistency (ends in a vote)."""
+    """A server with self-MoA (ends in one model call: streams tokens; priced) and self-consistency (ends in a vote;
+    its model's price is unknown)."""
     store = tmp_path / "serve.db"
     app = build_app(config(
         upstream,
         moa={"topology": "self_moa", "params": {"n": 3}, "models": {"solver": "up"},
              "sampling": ["temperature", "max_tokens"]},
-        vote={"topology": "self_consistency", "params": {"n": 4}, "models": {"solver": "up"},
+        vote={"topology": "self_consistency", "params": {"n": 4}, "models": {"solver": "unpriced"},
               "max_params": {"n": 8}},
     ), store=str(store))
     with ServeThread(app) as server:
@@ -43,9 +52,10 @@ def served(upstream, tmp_path):
         yield server
 
 
-def recorded_usage(store_path, run_ids):
+def recorded_usage(store_path, run_ids=None):
+    """(prompt tokens, completion tokens, calls) summed over the recorded runs ``run_ids`` (default: every run)."""
     with sf.Store(str(store_path)) as store:
-        runs = [store.run(run_id) for run_id in run_ids]
+        runs = store.runs() if run_ids is None else [store.run(run_id) for run_id in run_ids]
     return sum(r.prompt_tokens for r in runs), sum(r.completion_tokens for r in runs), sum(r.calls for r in runs)
 
 
@@ -67,24 +77,52 @@ def test_the_openai_sdk_gets_the_graph_answer_with_usage_over_every_internal_cal
         extension = reply.model_extra["scaffold"]
         assert extension["run_ids"] == [run_id] and extension["calls"] == 4
         assert set(extension["nodes"]) == {"samples", "final"} and extension["nodes"]["samples"]["calls"] == 3
-        assert raw.headers["x-scaffold-cost"] in ("unknown",) or float(raw.headers["x-scaffold-cost"]) >= 0
+        cost = prompt * INPUT_PRICE + completion * OUTPUT_PRICE  # every call priced at the configured rates
+        assert extension["cost"] == cost and raw.headers["x-scaffold-cost"] == f"{cost:.6f}"
+
+
+class Rendezvous:
+    """An upstream policy that holds each request until ``parties`` requests are upstream at once.
+
+    Requests sent one after another never meet: the first waits ``deadline`` seconds and is then answered (and so
+    are the rest, at once), and :attr:`missed` records how many had arrived (the test fails on it, with that count,
+    instead of hanging).
+    """
+
+    def __init__(self, parties: int, deadline: float = 30.0) -> None:
+        self.parties, self.deadline = parties, deadline
+        self.arrived = 0
+        self.missed: list[int] = []
+        self.everyone: asyncio.Event | None = None  # made on the upstream's event loop, where the policy runs
+
+    async def __call__(self, request) -> str:
+        if request.choice == 0:  # the policy runs once per choice: count each request once
+            self.everyone = self.everyone or asyncio.Event()
+            self.arrived += 1
+            if self.arrived == self.parties:
+                self.everyone.set()
+            try:
+                await asyncio.wait_for(self.everyone.wait(), self.deadline)
+            except TimeoutError:
+                self.missed.append(self.arrived)
+                self.everyone.set()  # the later ones need not wait too
+        return ANSWER
 
 
 def test_n_runs_independent_graphs_concurrently(served, upstream):
-    """n=3 gives three choices from three recorded runs, sent together rather than one after another."""
+    """n=3 gives three choices from three recorded runs, sent together rather than one after another: each run's
+    one upstream request (n=4) is held until all three are upstream at the same time."""
     import openai
 
-    upstream.latency = 0.3
+    upstream.policy = meeting = Rendezvous(parties=3)
     with openai.OpenAI(base_url=served.base_url, api_key="none") as client:
-        started = time.perf_counter()
         raw = client.chat.completions.with_raw_response.create(
             model="vote", n=3, messages=[{"role": "user", "content": "2+2?"}])
-        elapsed = time.perf_counter() - started
         reply = raw.parse()
         run_ids = raw.headers["x-scaffold-run-id"].split(",")
         assert [c.index for c in reply.choices] == [0, 1, 2] and len(set(run_ids)) == 3
-        assert len(upstream.choices_served) == 12
-        assert elapsed < 0.9, f"three 0.3 s runs took {elapsed:.2f}s: not concurrent"
+        assert meeting.missed == [], f"only {meeting.missed[0]} of 3 runs were upstream together: not concurrent"
+        assert meeting.arrived == 3 and len(upstream.choices_served) == 12
         prompt, completion, _ = recorded_usage(served.store_path, run_ids)
         assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (prompt, completion)
 
@@ -106,7 +144,9 @@ def test_a_stream_carries_the_final_calls_tokens_as_they_are_generated(served, u
                     arrivals.append(time.perf_counter() - started)
         assert "".join(pieces) == ANSWER and len(pieces) >= 10
         assert arrivals[-1] - arrivals[0] > 0.08, "the tokens arrived together: the stream is not real"
-        assert usage is not None and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens > 0
+    prompt, completion, calls = recorded_usage(served.store_path)  # the one run this request recorded
+    assert calls == 4 and usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (prompt, completion)
+    assert usage.total_tokens == prompt + completion
 
 
 def test_a_vote_graph_streams_progress_and_then_its_answer(served):
@@ -173,7 +213,9 @@ def test_the_completions_endpoint_streams_and_answers(served):
 
     with openai.OpenAI(base_url=served.base_url, api_key="none") as client:
         reply = client.completions.create(model="moa", prompt="What is 2+2?")
-        assert reply.choices[0].text == ANSWER and reply.usage.total_tokens > 0
+        assert reply.choices[0].text == ANSWER
+        prompt, completion, calls = recorded_usage(served.store_path, reply.model_extra["scaffold"]["run_ids"])
+        assert calls == 4 and (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (prompt, completion)
         text = "".join(c.choices[0].text for c in client.completions.create(model="moa", prompt="2+2?", stream=True)
                        if c.choices)
         assert text == ANSWER
@@ -230,7 +272,8 @@ def test_rsa_over_a_served_moa_composes(served, upstream):
     result = small_rsa.run_sync({"problem": "2+2"}, models={"solver": backend}, store=None)
     assert result.answer == "4"
     assert len(upstream.choices_served) == 4 * 4  # 4 RSA calls, each a 4-call MoA run
-    assert result.usage.total_tokens > 0
+    prompt, completion, calls = recorded_usage(served.store_path)  # the usage of each call is its whole MoA run's
+    assert calls == 16 and (result.usage.prompt_tokens, result.usage.completion_tokens) == (prompt, completion)
 
 
 def test_every_request_is_recorded_as_a_run(served):
@@ -245,4 +288,7 @@ def test_every_request_is_recorded_as_a_run(served):
         with sf.Store(str(served.store_path)) as store:
             info = store.run(run_id)
         assert info.status == "ok" and info.graph == "self_consistency" and info.calls == 4 and info.answer == "4"
+        # no price is configured for `unpriced` and hosted_vllm/m is in no price map: unknown, never 0
+        assert info.cost is None and raw.headers["x-scaffold-cost"] == "unknown"
+        assert raw.parse().model_extra["scaffold"]["cost"] is None
         assert info.inputs["problem"] == "system: Be brief.\nuser: What is 2+2?"  # folded, never dropped
