@@ -20,6 +20,7 @@ from typing import Any as _Any
 from scaffold._answers import equivalent, extract_boxed, extract_last_number
 from scaffold._budget import Budget
 from scaffold._builder import Input
+from scaffold._clock import MONOTONIC, Clock
 from scaffold._control import loop
 from scaffold._errors import (
     AuthenticationError,
@@ -163,6 +164,8 @@ __all__ = [
     "load_models",
     "InFlightLimit",
     "RateLimit",
+    "Clock",
+    "MONOTONIC",
     "Throttle",
     # the trajectory store
     "Store",
