@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 import graphs
 import scaffold as sf
@@ -39,6 +43,35 @@ def numbered_script(answer: object = 7) -> Callable[[Request], str]:
     """A script whose every reply is unique (``draft 0``, ``draft 1``...), all with the same answer."""
     counter = itertools.count()
     return lambda request: f"draft {next(counter)} \\boxed{{{answer}}}"
+
+
+def _said(message: str | Callable[[], str]) -> str:
+    return message() if callable(message) else message
+
+
+def wait_until(predicate: Callable[[], object], *, timeout: float, message: str | Callable[[], str],
+               interval: float = 0.01) -> None:
+    """Poll ``predicate`` until it is true; fail the test with ``message`` (a string, or a function giving one
+    from the state at that moment) if it is still false after ``timeout`` seconds.
+
+    ``timeout`` is a deadline against hanging, not a bound on speed: make it many times longer than the
+    wait takes on a loaded machine.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{_said(message)} (still not so after {timeout} s)")
+        time.sleep(interval)
+
+
+async def wait_until_async(predicate: Callable[[], object], *, timeout: float, message: str | Callable[[], str],
+                           interval: float = 0.01) -> None:
+    """:func:`wait_until` inside a running event loop: polls with ``asyncio.sleep``, so other tasks run."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{_said(message)} (still not so after {timeout} s)")
+        await asyncio.sleep(interval)
 
 
 def max_in_window(times: list[float], window: float) -> int:

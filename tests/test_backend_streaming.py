@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from helpers import wait_until
 
 import scaffold as sf
 from scaffold._types import Completion, Delta, Finished, Request
@@ -135,8 +136,9 @@ def test_a_failing_stream_raises_a_typed_retryable_error(server, fault, kind):
 
 
 def test_leaving_a_native_stream_early_frees_the_call(server):
-    """Closing the iterator after the first delta drops the connection; the backend keeps serving."""
-    server.token_interval = 0.05
+    """Closing the iterator after the first delta drops the connection: the server's stream ends there, never
+    sent to its end; the backend keeps serving."""
+    server.token_interval = 0.2  # read to its end the stream takes 9 s; dropped, it ends at the next token or two
     backend = native(server)
 
     async def main() -> list[Completion]:
@@ -145,12 +147,14 @@ def test_leaving_a_native_stream_early_frees_the_call(server):
             first = await anext(stream)
             assert isinstance(first, Delta)
             await stream.aclose()  # type: ignore[attr-defined]
-            server.token_interval = 0.0
             return await backend.complete(CHAT)
         finally:
             await backend.release_loop()
 
     assert len(asyncio.run(main())) == 3
+    assert [bool(r.request and r.request.body.get("stream")) for r in server.requests] == [True, False]
+    wait_until(lambda: server.requests[0].finished_at is not None, timeout=60,
+               message="the abandoned stream was never ended")
     assert server.answered == 1 and server.connections_opened == 2  # the abandoned stream's connection closed
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 
 import scaffold as sf
 from scaffold.evaluation import EVAL_SOURCE
@@ -139,7 +140,9 @@ def test_a_killed_eval_resumes_without_sending_finished_problems_again(tmp_path:
             process.send_signal(signal.SIGKILL)
             process.wait()
         before = scored_runs(db)
-        time.sleep(1.0)  # requests the killed process had in flight are still answered (and counted) by the server
+        # requests the killed process had in flight are still answered (and counted) by the server: wait for them
+        wait_until(lambda: all(r.finished_at is not None for r in server.requests), timeout=60,
+                   message="the server never finished the killed process's requests")
         first = len(server.choices_served)
         assert 3 <= before < 12
         done = scaffold(*command, "--api-base", server.base_url, "--json", env={"OPENAI_API_KEY": KEY})

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import chain
+from helpers import chain, wait_until_async
 
 import graphs
 import scaffold as sf
@@ -139,9 +139,12 @@ def test_a_killed_replica_is_replaced_and_every_request_answered_once(pool: Engi
 
     async def main() -> list[sf.RunResult]:
         runs = asyncio.ensure_future(run_chains(pool, problems, steps=4, max_tokens=24))
-        while pool.stats()[0].in_flight == 0 or pool.stats()[0].served == before.served:
-            await asyncio.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
+        # replica 0 has answered a call of these runs and has another in flight: kill it now
+        await wait_until_async(lambda: runs.done() or (pool.stats()[0].in_flight > 0
+                                                       and pool.stats()[0].served > before.served),
+                               timeout=300, message=lambda: f"replica 0 never took a second call: {pool.stats()}")
+        assert not runs.done(), f"the runs ended before the replica could be killed: {runs.result()}"
+        os.kill(pid, signal.SIGKILL)  # the replica's PID, which the test asked it for
         return await runs
 
     results = asyncio.run(main())

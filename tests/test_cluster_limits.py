@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from helpers import max_in_window
+from helpers import max_in_window, wait_until_async
 
 from scaffold import BudgetExceeded, ClusterError, Request
 from scaffold.cluster._limits import LeasedBudget, LeasedPlaces, LeasedRate, LimitsCoordinator, LimitSpec
@@ -32,6 +32,17 @@ class _Method:
             return await value if asyncio.iscoroutine(value) else value
 
         return asyncio.ensure_future(call())
+
+
+async def settled(timeout: float = 30.0) -> None:
+    """Wait until every other task on this loop (fake remote calls, leases waiting for their answers) is done;
+    fail the test if some are still running after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while others := asyncio.all_tasks() - {asyncio.current_task()}:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"{len(others)} tasks never finished: {others}")
+        await asyncio.wait(others, timeout=left)
 
 
 class FakeHandle:
@@ -66,7 +77,7 @@ def test_leased_places_never_pass_the_limit_and_every_call_gets_one(limit: int, 
             done += 1
 
         await asyncio.wait_for(asyncio.gather(*(call(leases[i % workers]) for i in range(200))), 30)
-        await asyncio.sleep(0.01)
+        await settled()  # the places given back are with the coordinator
         assert owner.places["m"].limit - owner.places["m"].free == sum(lease.lease for lease in leases)
         return peak, done
 
@@ -82,7 +93,8 @@ def test_a_dead_workers_places_return_to_the_others() -> None:
         await dead.acquire()
         await dead.acquire()  # both places held by a worker that then dies without releasing
         waiting = asyncio.ensure_future(alive.acquire())
-        await asyncio.sleep(0.02)
+        await wait_until_async(lambda: owner.places["m"].waiters, timeout=30,
+                               message="the live worker's request for a place never reached the coordinator")
         assert not waiting.done()
         owner.forget(0)
         await asyncio.wait_for(waiting, 1)

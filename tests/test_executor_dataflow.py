@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
-import time
 
 import pytest
 from helpers import boxed, numbered_script, prompt_of, rsa
@@ -106,17 +106,33 @@ def test_context_nodes_appear_in_lineage():
 # -- dataflow ordering -----------------------------------------------------------------------------
 
 
-def slow_first_sample(seconds: float):
-    """A delay function: the first request whose prompt starts with ``Solve`` takes ``seconds``, the rest 10 ms."""
-    slow_seeds: list[int | None] = []
+class HeldFirstSample:
+    """A script whose first ``Solve`` request is held until a trace of node ``until`` has finished (its
+    :meth:`subscriber` sees it); every other request answers at once, each reply unique (``draft n``).
 
-    def delay(request):
-        if prompt_of(request).startswith("Solve") and not slow_seeds:
-            slow_seeds.append(request.seed)
-            return seconds
-        return 0.01
+    With a step barrier no such trace could finish while a sample is held: the held call then gives up after
+    a generous deadline and sets ``gave_up``, so the test fails with a message instead of hanging.
+    """
 
-    return delay, slow_seeds
+    def __init__(self, until: str) -> None:
+        self.until = until
+        self.released = asyncio.Event()
+        self.held_seed: int | None = None
+        self.gave_up = False
+        self.reply = numbered_script()
+
+    async def __call__(self, request: sf.Request) -> str:
+        if prompt_of(request).startswith("Solve") and self.held_seed is None:
+            self.held_seed = request.seed
+            try:
+                await asyncio.wait_for(self.released.wait(), timeout=60)
+            except TimeoutError:
+                self.gave_up = True
+        return self.reply(request)
+
+    def subscriber(self, event: sf.Event) -> None:
+        if isinstance(event, sf.TraceFinished) and event.trace.node == self.until:
+            self.released.set()
 
 
 def test_aggregation_starts_before_the_slowest_member_of_the_previous_step_finishes():
@@ -127,21 +143,20 @@ def test_aggregation_starts_before_the_slowest_member_of_the_previous_step_finis
         pop = sf.sample("Solve {problem}", model="m", n=4)
         return sf.aggregate(pop, model="m", prompt="{candidates}", select="partition", k=2)
 
-    delay, slow_seeds = slow_first_sample(0.3)
-    backend = ScriptedBackend(numbered_script(), delay=delay)
-    result = tree.run_sync({"problem": "p"}, models={"m": backend})
+    script = HeldFirstSample(until="aggregate")  # the slow sample answers once an aggregation has finished
+    backend = ScriptedBackend(script)
+    result = tree.run_sync({"problem": "p"}, models={"m": backend}, subscribers=[script.subscriber])
+    assert not script.gave_up, "no aggregation finished while a sample of the step before was still running"
     samples = result.node("sample")
-    slow = next(t for t in samples if t.request.seed == slow_seeds[0])
-    slow_finished = slow.started_at + slow.latency
+    slow = next(t for t in samples if t.request.seed == script.held_seed)
     groups = result.node("aggregate")
     assert len(groups) == 2
     with_slow = [g for g in groups if slow.id in g.inputs]
     without_slow = [g for g in groups if slow.id not in g.inputs]
     assert len(with_slow) == 1 and len(without_slow) == 1
-    assert without_slow[0].started_at + without_slow[0].latency < slow_finished - 0.1
-    assert with_slow[0].started_at >= slow_finished - 0.01
-    order = [t.id for t in result.traces]
+    order = [t.id for t in result.traces]  # the order in which the traces finished
     assert order.index(without_slow[0].id) < order.index(slow.id) < order.index(with_slow[0].id)
+    assert [prompt_of(r) for r in backend.requests].index(prompt_of(with_slow[0].request)) == 5  # sent last
 
 
 def test_no_barrier_across_several_steps():
@@ -153,15 +168,15 @@ def test_no_barrier_across_several_steps():
         refined = sf.aggregate(pop, model="m", prompt="Refine {candidates}", select="each")
         return sf.aggregate(refined, model="m", prompt="Merge {candidates}", select="partition", k=2)
 
-    delay, slow_seeds = slow_first_sample(0.3)
-    backend = ScriptedBackend(numbered_script(), delay=delay)
-    t0 = time.perf_counter()
-    result = chain.run_sync({"problem": "p"}, models={"m": backend})
-    assert time.perf_counter() - t0 < 0.3 + 0.2  # the slow path is 0.3 + 2 short calls; no step waits twice
-    slow = next(t for t in result.node("sample") if t.request.seed == slow_seeds[0])
+    script = HeldFirstSample(until="aggregate_2")  # the slow sample answers once a merge (two steps on) finished
+    result = chain.run_sync({"problem": "p"}, models={"m": ScriptedBackend(script)}, subscribers=[script.subscriber])
+    assert not script.gave_up, "no merge finished while a sample two steps before it was still running"
+    slow = next(t for t in result.node("sample") if t.request.seed == script.held_seed)
     refined_slow = next(t for t in result.node("aggregate") if t.inputs == (slow.id,))
     fast_merge = next(t for t in result.node("aggregate_2") if refined_slow.id not in t.inputs)
-    assert fast_merge.started_at + fast_merge.latency < slow.started_at + slow.latency
+    slow_merge = next(t for t in result.node("aggregate_2") if refined_slow.id in t.inputs)
+    order = [t.id for t in result.traces]  # the order in which the traces finished
+    assert order.index(fast_merge.id) < order.index(slow.id) < order.index(refined_slow.id) < order.index(slow_merge.id)
 
 
 # -- seeds -------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import wait_until
 
 import scaffold as sf
 from scaffold.serve import ConfigError, ServerConfig, ServeThread, build_app, load_server
@@ -120,6 +122,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _listening(port: int) -> bool:
+    """Whether something accepts connections on ``127.0.0.1:port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
 def _wait_healthy(url: str, process: subprocess.Popen, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -136,11 +147,20 @@ def _wait_healthy(url: str, process: subprocess.Popen, seconds: float = 60) -> N
 @pytest.mark.slow
 def test_the_cli_serves_one_topology_and_drains_in_flight_requests_on_sigterm(tmp_path):
     """`scaffold serve TOPOLOGY` in one line; SIGTERM lets the request in flight finish, then exits cleanly,
-    and the API key never reaches its output or the store."""
+    and the API key never reaches its output or the store.
+
+    The upstream model holds its answers until the server has taken the signal (it stops listening), so the
+    request is in flight for the whole drain on any machine."""
     key = "sk-cli-serve-secret-0123456789"
     store = tmp_path / "cli.db"
     port = _free_port()
-    with OpenAIServer(policy=ANSWER, latency=1.0) as upstream:
+    release = threading.Event()
+
+    async def held(request):
+        await asyncio.to_thread(release.wait, 120)
+        return ANSWER
+
+    with OpenAIServer(policy=held) as upstream:
         env = {**os.environ, "MY_SERVE_KEYS": key}
         process = subprocess.Popen(
             [sys.executable, "-m", "scaffold", "--store", str(store), "serve", "self_consistency", "-p", "n=2",
@@ -155,11 +175,15 @@ def test_the_cli_serves_one_topology_and_drains_in_flight_requests_on_sigterm(tm
                 url + "/v1/chat/completions", timeout=30, headers={"authorization": f"Bearer {key}"},
                 json={"model": "sc", "messages": [{"role": "user", "content": "2+2?"}]})))
             request.start()
-            time.sleep(0.4)
+            wait_until(lambda: upstream.requests, timeout=60, message="the request never reached the upstream model")
             process.send_signal(signal.SIGTERM)
-            request.join(30)
-            out, err = process.communicate(timeout=30)
+            wait_until(lambda: not _listening(port), timeout=60, message="the server never took the SIGTERM")
+            assert request.is_alive() and not answers  # still in flight while the server drains
+            release.set()
+            request.join(60)
+            out, err = process.communicate(timeout=60)
         finally:
+            release.set()
             if process.poll() is None:
                 process.kill()
     assert process.returncode in (0, -signal.SIGTERM), err  # uvicorn re-raises the signal once it has drained

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-import time
 
 import httpx
 import pytest
+from helpers import wait_until
 
 from scaffold.serve import ServeThread, build_app
 from scaffold.testing import Fault, OpenAIServer
@@ -23,13 +24,13 @@ def upstream():
         yield server
 
 
-@pytest.fixture
-def server(upstream, monkeypatch):
-    monkeypatch.setenv("SCAFFOLD_TEST_SERVE_KEYS", f"other-key,{KEY}")
-    app = build_app({
+def app_of(upstream, model_timeout=1.0):
+    """The served app: one request at a time, one queued; the upstream model times out after ``model_timeout``."""
+    return build_app({
         "server": {"api_keys_env": "SCAFFOLD_TEST_SERVE_KEYS", "max_concurrent_requests": 1,
                    "max_queued_requests": 1},
-        "models": {"up": {"model": "hosted_vllm/m", "api_base": upstream.base_url, "retry": 2, "timeout": 1.0}},
+        "models": {"up": {"model": "hosted_vllm/m", "api_base": upstream.base_url, "retry": 2,
+                          "timeout": model_timeout}},
         "served": {
             "vote": {"topology": "self_consistency", "params": {"n": 2}, "models": {"solver": "up"},
                      "max_n": 2, "max_calls": 6, "max_params": {"n": 8}, "timeout": 5, "max_timeout": 10,
@@ -38,7 +39,12 @@ def server(upstream, monkeypatch):
                        "request_params": False},
         },
     }, store="none")
-    with ServeThread(app) as running:
+
+
+@pytest.fixture
+def server(upstream, monkeypatch):
+    monkeypatch.setenv("SCAFFOLD_TEST_SERVE_KEYS", f"other-key,{KEY}")
+    with ServeThread(app_of(upstream)) as running:
         yield running
 
 
@@ -127,17 +133,37 @@ def test_unknown_models_and_paths_are_404s(server):
     assert error_of(httpx.get(server.url + "/v2/nothing"), 404)["type"] == "not_found_error"
 
 
-def test_a_full_queue_is_a_429_with_retry_after(server, upstream):
+def test_a_full_queue_is_a_429_with_retry_after(upstream, monkeypatch):
     """With one request running and one queued, a third is refused at once with 429 and Retry-After."""
-    upstream.latency = 0.6
+    monkeypatch.setenv("SCAFFOLD_TEST_SERVE_KEYS", KEY)
+    release = threading.Event()
+
+    async def held(request):  # the upstream answers once the test says so
+        await asyncio.to_thread(release.wait, 120)
+        return ANSWER
+
+    upstream.policy = held
     responses = []
-    threads = [threading.Thread(target=lambda: responses.append(post(server, CHAT))) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.15)
-    third = post(server, CHAT)
-    for thread in threads:
-        thread.join()
+
+    def queued_metric():
+        text = httpx.get(running.url + "/metrics", headers={"authorization": f"Bearer {KEY}"}).text
+        return next((line for line in text.splitlines() if line.startswith("scaffold_requests_queued ")), "")
+
+    with ServeThread(app_of(upstream, model_timeout=120)) as running:
+        held_request = {**CHAT, "scaffold": {"timeout": 10}}  # the longest the served graph allows
+        threads = [threading.Thread(target=lambda: responses.append(post(running, held_request, timeout=120)))
+                   for _ in range(2)]
+        try:
+            threads[0].start()
+            wait_until(lambda: upstream.requests, timeout=60, message="the first request never reached the model")
+            threads[1].start()
+            wait_until(lambda: queued_metric() == "scaffold_requests_queued 1.0", timeout=60,
+                       message=lambda: f"the second request was never queued: {queued_metric()!r}")
+            third = post(running, CHAT)
+        finally:
+            release.set()
+            for thread in threads:
+                thread.join(120)
     error = error_of(third, 429)
     assert error["type"] == "rate_limit_error" and third.headers["retry-after"] == "1"
     assert sorted(r.status_code for r in responses) == [200, 200]
@@ -152,9 +178,11 @@ def test_upstream_failures_after_retries_are_502(server, upstream):
 
 def test_an_upstream_timeout_and_a_request_timeout_are_504(server, upstream):
     """Upstream calls slower than the model's timeout, or a run past the request's timeout, answer 504."""
-    upstream.latency = 1.5
+    # Real time: the upstream answers after 60 s, the model's timeout (1 s) fires long before on any load. The
+    # request's timeout (0.2 s) is due before the model's (1 s) on the same event loop, which runs due timers in
+    # deadline order, so it is always the one that ends the second request.
+    upstream.latency = 60
     assert error_of(post(server, CHAT), 504)["type"] == "timeout_error"
-    upstream.latency = 0.5
     error = error_of(post(server, {**CHAT, "scaffold": {"timeout": 0.2}}), 504)
     assert error["code"] == "timeout"
 
