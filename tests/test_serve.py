@@ -128,9 +128,14 @@ def test_n_runs_independent_graphs_concurrently(served, upstream):
 
 
 def test_a_stream_carries_the_final_calls_tokens_as_they_are_generated(served, upstream):
-    """The final aggregation's tokens arrive one by one, the first well before the last; usage comes last."""
+    """The final aggregation's tokens arrive one by one, the first well before the last; usage comes last.
+
+    The upstream spaces its tokens 0.15 s apart (10 or more: at least 1.35 s from first to last), so only a
+    client stalled for over a second could see them arrive within 0.7 s of each other.
+    """
     import openai
 
+    upstream.token_interval = 0.15
     with openai.OpenAI(base_url=served.base_url, api_key="none") as client:
         started = time.perf_counter()
         arrivals, pieces, usage = [], [], None
@@ -143,7 +148,7 @@ def test_a_stream_carries_the_final_calls_tokens_as_they_are_generated(served, u
                     pieces.append(choice.delta.content)
                     arrivals.append(time.perf_counter() - started)
         assert "".join(pieces) == ANSWER and len(pieces) >= 10
-        assert arrivals[-1] - arrivals[0] > 0.08, "the tokens arrived together: the stream is not real"
+        assert arrivals[-1] - arrivals[0] > 0.7, "the tokens arrived together: the stream is not real"
     prompt, completion, calls = recorded_usage(served.store_path)  # the one run this request recorded
     assert calls == 4 and usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (prompt, completion)
     assert usage.total_tokens == prompt + completion
