@@ -123,6 +123,33 @@ def test_backoff_waits_are_slept_on_the_models_clock():
     assert arrivals == pytest.approx([0.0, 0.01, 0.03, 0.05], abs=1e-12)
 
 
+def test_a_seeded_retry_repeats_its_jittered_waits_exactly():
+    """``Retry(seed=...)``: two models with the same seed wait exactly the same jittered times; each wait is
+    the seeded generator's draw within the jitter bounds."""
+    policy = Retry(attempts=4, initial_delay=0.1, multiplier=2.0, jitter=1.0, seed=11)
+
+    def attempts() -> list[float]:
+        clock, arrivals = VirtualClock(), []
+
+        def script(request):
+            arrivals.append(clock.now())
+            raise sf.ServerError("503 down", status_code=503)
+
+        model = sf.Model(ScriptedBackend(script), retry=policy, clock=clock)
+        with pytest.raises(sf.ServerError):
+            asyncio.run(model.complete(Request(messages=(("user", "q"),))))
+        return arrivals
+
+    first, second = attempts(), attempts()
+    assert first == second and len(first) == 4
+    draws = random.Random(11)
+    expected, now = [0.0], 0.0
+    for base in (0.1, 0.2, 0.4):
+        now += base * (1.0 - draws.random())  # full jitter: uniform in (0, base]
+        expected.append(now)
+    assert first == pytest.approx(expected, abs=1e-12)
+
+
 def test_backoff_grows_exponentially_with_jitter_inside_its_bounds():
     """Waits follow initial * multiplier^(attempt-1), capped, randomised within the jitter fraction."""
     policy = Retry(attempts=6, initial_delay=0.1, multiplier=2.0, max_delay=0.5, jitter=0.5)

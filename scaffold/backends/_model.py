@@ -149,7 +149,7 @@ class Model:
         self.rpm = RateLimit(requests_per_minute, clock=clock) if requests_per_minute is not None else None
         self.tpm = RateLimit(tokens_per_minute, clock=clock) if tokens_per_minute is not None else None
         self.throttle = throttle if throttle is not None else Throttle(clock=clock)
-        self._rng = random.Random()
+        self._rng = random.Random(self.retry.seed)
 
     def __repr__(self) -> str:
         limits = [f"{key}={value!r}" for key, value in (

@@ -36,6 +36,11 @@ class Retry:
         2.0
         >>> Retry.never().attempts
         1
+        >>> import random
+        >>> retry = Retry(initial_delay=1.0, seed=7)
+        >>> retry.delay(1, BackendError("x", retryable=True), random.Random(retry.seed)) == retry.delay(
+        ...     1, BackendError("x", retryable=True), random.Random(7))
+        True
     """
 
     attempts: int = 5
@@ -50,6 +55,9 @@ class Retry:
     """Fraction of the wait that is randomised (0: none, 1: full jitter)."""
     max_retry_after: float = 120.0
     """Longest ``Retry-After`` honoured; a provider asking for more gets this."""
+    seed: int | None = None
+    """Seeds a model's jitter draws, so its waits repeat from run to run (``None``: fresh draws each time,
+    which keeps many clients from retrying in step)."""
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
