@@ -16,7 +16,9 @@ fi
 "$BIN/mypy" || exit 1
 bash .ci/postgres.sh || exit 1
 bash .ci/chromium.sh || exit 1
-"$BIN/python" -m pytest --durations=40 "$@"
+# -rs: every skip prints its reason (only GPU and platform skips are expected; with CI=true a test skipped for
+# a package that does not import fails instead: tests/conftest.py)
+"$BIN/python" -m pytest --durations=40 -rs "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests" >&2

@@ -14,7 +14,11 @@ object: ``bench``, ``builds`` (one object per build), ``ranges`` (figure → [mi
 A build is deterministic given its seed and threads on one machine; the seconds are wall-clock on
 whatever else the machine is doing.
 
-Usage: python benchmarks/pocket.py [--quick] [--seeds 0 1 2 3 4] [--threads 1 2] [--keep DIR]
+``--cache-dir DIR`` takes each build from a pocket cache instead (``scaffold.pocket.pocket_model``: built
+there on first use, reused after) and reports the build saved there, seconds included: with a cache that
+holds them already (the test suite's quick build), the run takes seconds and prints the same keys.
+
+Usage: python benchmarks/pocket.py [--quick] [--seeds 0 1 2 3 4] [--threads 1 2] [--keep DIR | --cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from scaffold.pocket import PocketConfig, build_pocket_model
+from scaffold.pocket import BuildReport, PocketConfig, build_pocket_model, load_report, pocket_model
 
 BUILD_SECONDS = 300.0
 """The time a default build is meant to fit on two CPU cores, evaluation included."""
@@ -36,7 +40,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the seconds-sized model of the tests")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[2])
-    parser.add_argument("--keep", type=Path, help="save the models under this directory instead of a temporary one")
+    saved = parser.add_mutually_exclusive_group()
+    saved.add_argument("--keep", type=Path, help="save the models under this directory instead of a temporary one")
+    saved.add_argument("--cache-dir", type=Path,
+                       help="take each build from this pocket cache (built there if missing) and report the saved one")
     args = parser.parse_args()
 
     builds = []
@@ -46,7 +53,11 @@ def main() -> None:
             for threads in args.threads:
                 config = (PocketConfig.quick(seed=seed, threads=threads) if args.quick
                           else PocketConfig(seed=seed, threads=threads))
-                report = build_pocket_model(root / f"seed{seed}-threads{threads}", config, progress=False)
+                if args.cache_dir is not None:
+                    report = BuildReport.from_dict(load_report(pocket_model(args.cache_dir, config=config,
+                                                                            progress=False)))
+                else:
+                    report = build_pocket_model(root / f"seed{seed}-threads{threads}", config, progress=False)
                 build = {"seed": seed, "threads": threads, "fingerprint": config.fingerprint(),
                          **{name: round(getattr(report, name), 4) for name in FIGURES},
                          "in_regime": report.in_regime, "steps": report.steps, "chosen_step": report.chosen_step,

@@ -59,10 +59,32 @@ class OTelExporter:
     every export (an API key of the collector's: never logged). Spans are batched and sent from a
     background thread; :meth:`flush` waits until everything so far is sent, :meth:`close` also stops.
 
-    Example:
-        >>> exporter = OTelExporter("http://127.0.0.1:4318")  # doctest: +SKIP
-        >>> graph.run_sync({"problem": "2+2"}, models=models, subscribers=[exporter])  # doctest: +SKIP
-        >>> exporter.flush()  # doctest: +SKIP
+    Example (a stand-in collector on a free port that takes every export):
+        >>> import threading
+        >>> from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        >>> import scaffold as sf
+        >>> from scaffold.testing import ScriptedBackend
+        >>> class Collector(BaseHTTPRequestHandler):
+        ...     def do_POST(self):
+        ...         self.rfile.read(int(self.headers["content-length"]))
+        ...         self.send_response(200)
+        ...         self.end_headers()
+        ...     def log_message(self, *args):
+        ...         pass
+        >>> collector = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+        >>> threading.Thread(target=collector.serve_forever, daemon=True).start()
+        >>> @sf.graph
+        ... def solve(problem):
+        ...     return sf.generate("{problem}", model="m")
+        >>> exporter = OTelExporter(f"http://127.0.0.1:{collector.server_port}")
+        >>> solve.build().run_sync({"problem": "2+2"}, models={"m": ScriptedBackend(lambda request: "4")},
+        ...                        store=None, subscribers=[exporter]).ok
+        True
+        >>> exporter.flush()
+        True
+        >>> exporter.close()
+        >>> collector.shutdown()
+        >>> collector.server_close()
     """
 
     def __init__(self, endpoint: str, *, headers: Mapping[str, str] | None = None, service_name: str = "scaffold",

@@ -1,12 +1,27 @@
-"""Shared fixtures: scripted backends for the real executor (see ``helpers`` for plain functions)."""
+"""Shared fixtures: scripted backends for the real executor (see ``helpers`` for plain functions).
+
+Also the session's rules for every test:
+
+* **seeds**: before each test sets up, and again as it starts, ``random``, numpy and torch (those imported) are
+  seeded from ``$SCAFFOLD_TEST_SEED`` (default :data:`DEFAULT_SEED`) mixed with the test's node id, so a test draws
+  the same numbers alone or in the suite; a failed test's report names its seed. Hypothesis tests draw their
+  examples from the same per-test seed (the ``scaffold`` settings profile derandomizes the rest);
+* **no silent skip for a missing package in CI**: with ``CI=true``, a test (or module) that
+  ``pytest.importorskip`` skips because a package does not import fails instead: ``make install`` provides every
+  package the suite imports, so such a skip would hide a broken install. GPU and platform skips stay skips;
+* **processes**: a test counts and signals only processes this session started
+  (:func:`started_processes`), never the machine's.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
+import random
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +33,134 @@ from scaffold.store import close_stores
 from scaffold.testing import ScriptedBackend
 
 ROOT = Path(__file__).resolve().parent.parent
+
+DEFAULT_SEED = 20240611
+"""The base of every test's seed when ``$SCAFFOLD_TEST_SEED`` is not set."""
+BASE_SEED = int(os.environ.get("SCAFFOLD_TEST_SEED") or DEFAULT_SEED)
+CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+"""Whether this session runs in CI (``CI=true``): a skip for a package that does not import fails there."""
+SEED = pytest.StashKey[int]()
+
+
+def seed_of(nodeid: str) -> int:
+    """The seed of the test ``nodeid``: :data:`BASE_SEED` mixed with the node id (below 2**32, as numpy wants)."""
+    return int.from_bytes(hashlib.sha256(f"{BASE_SEED}/{nodeid}".encode()).digest()[:4], "big")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed ``random``, and numpy's and torch's global generators when those modules are imported."""
+    random.seed(seed)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(seed)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Seed the test's draws before any of its fixtures is set up (a module fixture it is the first to use too)."""
+    item.stash[SEED] = seed = seed_of(item.nodeid)
+    seed_everything(seed)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """Seed again as the test itself starts: what it draws does not depend on which fixtures were set up for it
+    (a module's fixtures are set up for its first test only), so it draws the same alone or in the suite."""
+    seed_everything(item.stash[SEED])
+
+
+def _hypothesis_profile() -> None:
+    """The ``scaffold`` Hypothesis profile: examples drawn from a fixed seed, so CI is reproducible; the example
+    counts stay those each test sets. Top-level ``@given`` tests are seeded per test in
+    :func:`pytest_collection_modifyitems` (from ``$SCAFFOLD_TEST_SEED``); ``derandomize`` covers those a test
+    builds inside itself."""
+    try:
+        from hypothesis import settings
+    except ImportError:  # the suite imports it where it needs it (and fails loudly there in CI)
+        return
+    settings.register_profile("scaffold", derandomize=True)
+    settings.load_profile("scaffold")
+
+
+_hypothesis_profile()
+
+
+def _seed_hypothesis_tests(items: list[pytest.Item]) -> None:
+    """Seed every top-level Hypothesis test with its own test seed (``hypothesis.seed``)."""
+    if "hypothesis" not in sys.modules:
+        return
+    from hypothesis import seed as hypothesis_seed
+
+    for item in items:
+        function = getattr(item, "function", None)
+        if getattr(function, "is_hypothesis_test", False):
+            hypothesis_seed(seed_of(item.nodeid))(function)
+
+
+def _missing_package(message: str) -> bool:
+    """Whether a skip's message is ``pytest.importorskip``'s for a module that did not import."""
+    return message.removeprefix("Skipped: ").startswith("could not import ")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Name a failed test's seed in its report; with ``CI=true``, fail a test skipped for a missing package."""
+    report = yield
+    if CI and report.skipped and call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception):
+        message = str(call.excinfo.value.msg)
+        if _missing_package(message):
+            report.outcome = "failed"
+            report.longrepr = f"{message}\nCI=true: every package `make install` provides must import here"
+    if report.failed and SEED in item.stash:
+        report.sections.append(("seed", f"random, numpy and torch were seeded with {item.stash[SEED]}: "
+                                        f"SCAFFOLD_TEST_SEED={BASE_SEED} mixed with this test's node id"))
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """With ``CI=true``, a module that ``pytest.importorskip`` skips at import (a missing package) fails."""
+    report = yield
+    if CI and report.skipped and isinstance(report.longrepr, tuple) and _missing_package(str(report.longrepr[2])):
+        report.outcome = "failed"
+        report.longrepr = f"{report.longrepr[2]}\nCI=true: every package `make install` provides must import here"
+    return report
+
+
+def started_processes(title: str) -> list[Any]:
+    """This session's processes whose command line contains ``title`` (``psutil.Process`` objects).
+
+    Only descendants of the test process: what it started, and what those started (the session's Ray cluster
+    is started here, so its actors are found here, titled ``ray::ClassName``), never another program's.
+    """
+    import psutil
+
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE and any(title in part for part in process.cmdline()):
+                found.append(process)
+        except psutil.Error:  # ended meanwhile
+            continue
+    return found
+
+
+def assert_pocket_counts(figures: Mapping[str, float], problems: int, *, samples: int = 8, k: int = 4) -> None:
+    """What a pocket model's held-out figures are on every CPU, whatever it learned: counts over ``problems``.
+
+    ``pass1`` counts right samples of ``problems * samples``; ``pass8`` and ``maj8`` count problems; ``maj4`` and
+    ``agg4`` count groups of ``k``. A problem's majority (of any group) is right only if one of its samples is,
+    and one right sample of ``samples`` is a pass@1 of at least 1/``samples``.
+    """
+    groups = problems * (samples // k)
+    units = {"pass1": problems * samples, "pass8": problems, "maj8": problems, "maj4": groups, "agg4": groups}
+    for name, unit in units.items():
+        count = figures[name] * unit
+        assert 0 <= count <= unit and abs(count - round(count)) < 1e-6, (name, figures[name], f"a count of {unit}")
+    pass1, pass8 = figures["pass1"], figures["pass8"]
+    assert max(pass1, figures["maj8"], figures["maj4"]) <= pass8 <= samples * pass1 + 1e-9, figures
+
 
 # Every run records into the default store unless told otherwise. Each test records into its own
 # throwaway SQLite file (never ./scaffold.db), so every test also exercises the recording path.
@@ -67,9 +210,11 @@ def _uses(item: pytest.Item, fixture: str) -> bool:
     return fixture in getattr(item, "fixturenames", ())
 
 
+@pytest.hookimpl(trylast=True)  # after ``-k`` and ``-m`` have deselected: only the tests that will run count
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Start the pocket builds the collected tests will ask for, run the modules that use the session's Ray
+    """Start the pocket builds the selected tests will ask for, run the modules that use the session's Ray
     cluster one after the other (it is shut down after the last of them), and the default build's tests last."""
+    _seed_hypothesis_tests(items)
     used = {name for item in items for name in getattr(item, "fixturenames", ())}
     BUILDS.start(quick=bool(used & {"pocket_quick_build", "pocket_quick", "grpo_learning"}),
                  default="pocket_default" in used)

@@ -23,6 +23,8 @@ from scaffold._errors import BackendError
 from scaffold._types import Completion, Request
 from scaffold.backends._vllm_server import VLLMServer
 
+pytest.importorskip("vllm")  # as in every vLLM test module; with CI=true a vLLM that does not import fails (conftest)
+
 pytestmark = [
     # Third-party deprecations raised while vLLM starts an engine, none of them actionable here:
     # vLLM's kernel dispatcher inspects torch.distributed.reduce_op, which torch deprecates, and
@@ -554,10 +556,10 @@ def test_server_that_never_answers_times_out_and_is_killed(tmp_path: Path) -> No
     """Past ``startup_timeout`` the start fails with the log's tail and the process group is stopped."""
     python = _fake_python(tmp_path, 'echo "still loading"; exec sleep 60')
     server = VLLMServer(tmp_path / "model", python=python, startup_timeout=1.0, log_path=tmp_path / "server.log")
-    started = time.monotonic()
+    # "did not answer" is raised while the process still runs (one that ended says "exited with code"): the start
+    # gave up at its 1-second timeout, not once the 60-second sleep was over
     with pytest.raises(BackendError, match="did not answer(.|\n)*still loading"):
         server.start()
-    assert time.monotonic() - started < 30
     assert not server.running and server.base_url.startswith("http://127.0.0.1:")
 
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+from conftest import started_processes
 from helpers import max_in_window, peak_in_flight
 
 import graphs
@@ -57,13 +57,19 @@ def rsa() -> sf.Graph:
     return graphs.rsa.build(n=4, k=2, steps=1)
 
 
-def row_workers() -> list[psutil.Process]:
-    """The job's row-worker processes (Ray titles them ``ray::RowWorker``)."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        if any("RowWorker" in part for part in process.info["cmdline"] or ()):
-            found.append(process)
-    return found
+def row_workers() -> list[Any]:
+    """The row-worker processes of this session's Ray cluster (Ray titles them ``ray::RowWorker``): the session
+    started the cluster (``ray_local``), so its workers are among this process's descendants; another program's
+    are never counted or signalled."""
+    return started_processes("RowWorker")
+
+
+def wait_for(condition: Any, timeout: float, what: str) -> None:
+    """Poll ``condition()`` until it holds; fail, saying ``what`` did not happen, after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
+        time.sleep(0.05)
 
 
 def chat_requests(server: OpenAIServer) -> list[Any]:
@@ -143,13 +149,11 @@ def test_a_killed_worker_loses_nothing_and_its_rows_finish_elsewhere(tmp_path: P
 
         thread = threading.Thread(target=run)
         thread.start()
-        deadline = time.monotonic() + 120
-        while server.answered < per_row * 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        victims = row_workers()
-        assert len(victims) == 2
-        os.kill(victims[0].pid, signal.SIGKILL)
+        wait_for(lambda: server.answered >= per_row * 4, 120, "the evaluation did not answer four rows' requests")
+        wait_for(lambda: len(row_workers()) == 2, 60, "the job's two row workers were not both running")
+        os.kill(row_workers()[0].pid, signal.SIGKILL)
         thread.join(300)
+        assert not thread.is_alive(), "the evaluation did not end within 300 s of the kill"
         sent = len(chat_requests(server))
     report = outcome["report"]
     assert report.finished == len(data) and all(o.status == "ok" for o in report.outcomes)
@@ -183,16 +187,13 @@ def test_a_killed_driver_resumes_without_resending_finished_calls(tmp_path: Path
         per_row = requests_per_row(server)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
         driver = subprocess.Popen([sys.executable, "-c", script, server.base_url], cwd=ROOT, env=env)
-        deadline = time.monotonic() + 120
-        while server.answered < per_row * 8 and time.monotonic() < deadline and driver.poll() is None:
-            time.sleep(0.05)
+        wait_for(lambda: server.answered >= per_row * 8 or driver.poll() is not None, 120,
+                 "the driver's evaluation did not answer eight rows' requests")
         assert driver.poll() is None, "the driver ended before it could be killed"
         driver.send_signal(signal.SIGKILL)
         driver.wait(30)
         before = len(chat_requests(server))
-        deadline = time.monotonic() + 60
-        while row_workers() and time.monotonic() < deadline:  # Ray ends a dead driver's actors
-            time.sleep(0.2)
+        wait_for(lambda: not row_workers(), 60, "Ray did not end the killed driver's row workers")
         report = evaluate(graph, data, {"solver": http_model(server)}, name="ev", seed=2, store=database,
                           concurrency=3, cluster=Cluster(workers=2, num_cpus=0.5))
         sent = len(chat_requests(server))

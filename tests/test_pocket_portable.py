@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,9 +54,11 @@ def test_a_native_build_trains_in_this_process_with_its_own_kernels(clean_portab
     native = build_pocket_model(tmp_path / "native", PocketConfig.quick(portable=False, **TINY), progress=False)
     assert native.arithmetic.startswith("native (MKL ") and torch.backends.cpu.get_cpu_capability() in native.arithmetic
     portable_dir, portable = clean_portable  # the same config, portable
-    if "MKL AUTO" in native.arithmetic:  # MKL's own (AVX) branch rounds otherwise than SSE2 within 12 steps
-        assert weights(tmp_path / "native") != weights(portable_dir)
     assert portable.arithmetic.startswith("portable")
+    if "MKL AUTO" not in native.arithmetic:  # reported, not dropped: the caller's own MKL_CBWR chose MKL's branch
+        pytest.skip(f"this process runs MKL with MKL_CBWR={os.environ.get('MKL_CBWR')!r}, which may round as the "
+                    "portable build does: the native weights need not differ")
+    assert weights(tmp_path / "native") != weights(portable_dir)  # MKL's own (AVX) branch rounds otherwise than SSE2
 
 
 def test_an_error_in_the_child_is_raised_typed_and_a_bad_config_before_any_child(tmp_path: Path) -> None:
@@ -82,22 +86,14 @@ def test_config_and_report_survive_their_json() -> None:
     assert set(PORTABLE_ENV) == {"MKL_CBWR", "ATEN_CPU_CAPABILITY"}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")  # a zombie has ended; only its exit status is left
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_killed_parent_takes_its_training_child_with_it(tmp_path: Path) -> None:
     """SIGKILL of the process that asked for a build (no finally runs) ends the training child within seconds."""
-    import os
     import signal
     import subprocess
     import sys
     import time
+
+    import psutil
 
     out = tmp_path / "orphan"
     script = ("from scaffold.pocket import PocketConfig, build_pocket_model\n"
@@ -105,14 +101,14 @@ def test_a_killed_parent_takes_its_training_child_with_it(tmp_path: Path) -> Non
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout is not None and "pocket: task" in parent.stdout.readline()  # the child is training
-        children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, str(out))]
-        children = [pid for pid in children if pid != parent.pid]
+        # the parent's own children (never a scan of the machine): the training child names the output directory
+        children = [child for child in psutil.Process(parent.pid).children() if _cmdline_has(child, str(out))]
         assert len(children) == 1 and _alive(children[0])
         os.kill(parent.pid, signal.SIGKILL)
         deadline = time.monotonic() + 15
         while _alive(children[0]) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _alive(children[0])
+        assert not _alive(children[0]), "the training child outlived its killed parent by 15 s"
     finally:
         parent.kill()
         parent.wait()
@@ -120,8 +116,20 @@ def test_a_killed_parent_takes_its_training_child_with_it(tmp_path: Path) -> Non
             parent.stdout.close()
 
 
-def _cmdline_has(proc: Path, text: str) -> bool:
+def _alive(process: Any) -> bool:
+    """Whether ``process`` (a ``psutil.Process``) still runs: a zombie has ended, only its exit status is left."""
+    import psutil
+
     try:
-        return text in (proc / "cmdline").read_bytes().decode(errors="replace")
-    except OSError:
+        return bool(process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _cmdline_has(process: Any, text: str) -> bool:
+    import psutil
+
+    try:
+        return any(text in part for part in process.cmdline())
+    except psutil.Error:
         return False

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+from conftest import started_processes
 from helpers import ScriptedEngine, no_weights_engine
 
 import scaffold as sf
@@ -54,10 +54,24 @@ def recorded(store_url: str | Path, config: LoopConfig) -> dict[int, list[sf.Tra
                        if t.kind is sf.TraceKind.MODEL] for step in range(config.steps)}
 
 
-def rollout_workers() -> list[psutil.Process]:
-    """The rollout workers' processes (Ray titles them ``ray::RolloutWorker``)."""
-    return [p for p in psutil.process_iter(["cmdline"]) if any("RolloutWorker" in part for part in p.info["cmdline"]
-                                                               or ())]
+def kill_a_worker_during(store_url: Path, step: int, outcome: list[int | str], timeout: float = 300) -> None:
+    """Once the store holds a model call of step ``step`` (0-based: runs ``NAME-{step}-{i}``), SIGKILL one of this
+    session's rollout workers (Ray titles them ``ray::RolloutWorker``; the session started the cluster, so they are
+    among its descendants: never another program's process). Appends its pid to ``outcome``, or why it could not."""
+    deadline = time.monotonic() + timeout
+    with sf.Store(store_url) as store:
+        while not any(t.kind is sf.TraceKind.MODEL for run in store.runs(limit=None)
+                      if run.id.rsplit("-", 2)[1:2] == [str(step)] for t in store.traces(run.id)):
+            if time.monotonic() > deadline:
+                outcome.append(f"no call of step {step} was recorded within {timeout} s")
+                return
+            time.sleep(0.05)
+    victims = started_processes("RolloutWorker")
+    if not victims:
+        outcome.append("no rollout worker of this session's cluster was running")
+        return
+    os.kill(victims[0].pid, signal.SIGKILL)
+    outcome.append(victims[0].pid)
 
 
 @pytest.fixture(scope="module")
@@ -157,24 +171,22 @@ def test_lag_zero_on_two_workers_trains_exactly_as_the_local_loop(
 @pytest.mark.slow
 def test_a_worker_killed_mid_step_is_replaced_and_the_step_counts_each_trace_once(
         ray_local: str, tiny_model_dir: Path, local_reference: dict[str, Any], tmp_path: Path) -> None:
-    """SIGKILL a rollout worker while step 2's rows run: a new worker takes the current weights, the rows finish
-    from their recorded calls plus re-sampled ones, and the training equals the local loop's."""
+    """SIGKILL a rollout worker while step 2's rows run (once one of their calls is recorded; 0.2 s a call): a new
+    worker takes the current weights, the rows finish from their recorded calls plus re-sampled ones, and the
+    training equals the local loop's."""
     policy = RecordingPolicy(tiny_model_dir, PolicyConfig(lr=1e-3, seed=0))
-    killed: list[int] = []
+    killed: list[int | str] = []
 
     def kill_soon(metrics: StepMetrics) -> None:
-        if metrics.step != 1:
-            return
-
-        # step 2's first layer (0.2 s a call) is recorded by then, its second in flight
-        threading.Thread(target=lambda: (time.sleep(0.3), killed.append(_kill_a_rollout_worker())),
-                         daemon=True).start()
+        if metrics.step == 1:
+            threading.Thread(target=kill_a_worker_during, args=(tmp_path / "runs.db", 1, killed), daemon=True).start()
 
     history = train_online(policy, SPIRAL.graph, ROWS, EXACT, store=tmp_path / "runs.db", progress=False,
                            on_step=kill_soon,
                            cluster=RolloutCluster(workers=2, engine=ScriptedEngine, engine_options={"delay": 0.2},
                                                   num_cpus=0.5))
-    assert killed and history[-1].extra["workers_replaced"] == 1
+    assert len(killed) == 1 and isinstance(killed[0], int), killed
+    assert history[-1].extra["workers_replaced"] == 1
     assert policy.trained == local_reference["policy"].trained
     traces = recorded(tmp_path / "runs.db", EXACT)
     for step in range(EXACT.steps):
@@ -244,18 +256,18 @@ def test_two_workers_learn_as_the_local_loop_and_survive_a_killed_worker(
     from helpers import grpo_learning_run
 
     path, _ = pocket_quick
-    killed: list[int] = []
+    killed: list[int | str] = []
 
     def kill_soon(metrics: StepMetrics) -> None:
-        if metrics.step == 8:
-            threading.Thread(target=lambda: (time.sleep(0.3), killed.append(_kill_a_rollout_worker())),
-                             daemon=True).start()
+        if metrics.step == 8:  # during step 9, once one of its calls is recorded
+            threading.Thread(target=kill_a_worker_during, args=(tmp_path / "runs.db", 8, killed), daemon=True).start()
 
     spread = grpo_learning_run(path, store=tmp_path / "runs.db", on_step=kill_soon,
                                cluster=RolloutCluster(workers=2, num_cpus=1))
     local = grpo_learning["history"]
     rewards = [m.reward_mean for m in spread["history"]]
-    assert killed and spread["history"][-1].extra["workers_replaced"] == 1
+    assert len(killed) == 1 and isinstance(killed[0], int), killed
+    assert spread["history"][-1].extra["workers_replaced"] == 1
     assert rewards[:8] == [m.reward_mean for m in local[:8]]
     assert spread["after"] >= spread["before"] + 0.04, (spread["before"], spread["after"], rewards)
     with sf.Store(tmp_path / "runs.db") as store:
@@ -265,12 +277,6 @@ def test_two_workers_learn_as_the_local_loop_and_survive_a_killed_worker(
             step = int(run.id.rsplit("-", 2)[1])
             traces = [t for t in store.traces(run.id) if t.kind is sf.TraceKind.MODEL]
             assert len(traces) == 8 and {rollout_version(t) for t in traces} == {step}
-
-
-def _kill_a_rollout_worker() -> int:
-    victim = rollout_workers()[0]
-    os.kill(victim.pid, signal.SIGKILL)
-    return victim.pid
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from trainers.loss import token_logprobs
 from trainers.policy import LoraSettings, Policy, PolicyConfig
 from trainers.types import Credited
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # as in every vLLM test module; with CI=true a vLLM that does not import fails (conftest)
 
 pytestmark = [
     pytest.mark.slow,

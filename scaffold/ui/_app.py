@@ -59,11 +59,14 @@ def create_ui_app(store: Store | str | os.PathLike[str], *,
     ``allowed_hosts``: the ``Host`` names it answers (default: the loopback names; see
     :func:`scaffold.serve._guard.default_hosts` for a server bound elsewhere).
 
-    Example:
-        >>> from scaffold.ui import create_ui_app  # doctest: +SKIP
-        >>> from scaffold.serve import ServeThread  # doctest: +SKIP
-        >>> with ServeThread(create_ui_app("runs.db")) as ui:  # doctest: +SKIP
-        ...     print(ui.url)
+    Example (served on a free port, over an empty store):
+        >>> import json, tempfile, urllib.request
+        >>> import scaffold as sf
+        >>> from scaffold.serve import ServeThread
+        >>> with tempfile.TemporaryDirectory() as folder, sf.Store(f"{folder}/runs.db") as store:
+        ...     with ServeThread(create_ui_app(store)) as ui:
+        ...         json.load(urllib.request.urlopen(ui.url + "/api/runs"))["total"]
+        0
     """
     from starlette.applications import Starlette
     from starlette.routing import Mount, Route
