@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import wait_until_async
 
 import scaffold as sf
 from scaffold._errors import BackendError
@@ -285,8 +286,8 @@ def test_update_weights_waits_for_the_running_batch_and_labels_later_completions
 
         async def update_while_running() -> tuple[Completion, int, Completion]:
             running = asyncio.ensure_future(engine.complete(request))
-            while engine.batches == 1:  # the second batch (this request's) has started
-                await asyncio.sleep(0.001)
+            await wait_until_async(lambda: engine.batches != 1, timeout=120,  # the second batch (this request's)
+                                   message="the request's batch never started", interval=0.001)
             version = await asyncio.to_thread(engine.update_weights, {name: original * 3}, version=7)
             return (await running)[0], version, (await engine.complete(request))[0]
 
