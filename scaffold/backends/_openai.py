@@ -66,7 +66,8 @@ class OpenAIBackend:
         supports_n: the server takes ``n`` (vLLM, SGLang, OpenAI do); ``False`` fans samples out.
         max_n: largest ``n`` per request.
         token_ids: ask for vLLM's ``return_token_ids`` with logprobs (default: any server but OpenAI's).
-        input_cost_per_token, output_cost_per_token: prices; without them, litellm's price map.
+        input_cost_per_token: dollars per prompt token; without it, litellm's price map.
+        output_cost_per_token: dollars per completion token; without it, litellm's price map.
         name: recorded as the model's name and looked up in the price map (default: ``model``).
         headers: sent with every request; ``extra_body``: merged into every request body.
         timeout: seconds without a byte from the server before an attempt fails (``Model`` has its own).
