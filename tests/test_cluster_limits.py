@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from typing import Any
 
@@ -126,6 +127,65 @@ def test_leased_rates_keep_the_shared_pace_across_workers() -> None:
     for window in (0.25, 0.5, 1.0):
         assert max_in_window(starts, window) <= burst + window * per_second + 1
     assert starts[-1] - starts[0] >= (calls - burst - 1) / per_second * 0.95  # the pace held over the whole job
+
+
+def test_a_round_trip_longer_than_a_batch_books_ahead_and_wastes_no_batches() -> None:
+    """A coordinator 0.3 s away (a loaded cluster) and batches 0.125 s long: booked for "now", every batch had
+    passed when it arrived and was dropped, each wasted batch pushing the shared pace back (35 fetches for 30
+    calls). Booked twice the round trip ahead, batches arrive before their time: 30 calls need about 12."""
+    per_minute, workers, calls = 1200.0, 2, 30
+
+    async def main() -> list[float]:
+        owner = LimitsCoordinator({"r": LimitSpec("rate", per_minute)})
+        handle = FakeHandle(owner, delay=0.15)  # each way: a 0.3 s round trip
+        rates = [LeasedRate(handle, "r", per_minute, batch=20 / (2 * 4)) for _ in range(workers)]
+        starts: list[float] = []
+
+        async def call(rate: LeasedRate) -> None:
+            await rate.acquire()
+            starts.append(time.monotonic())
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(call(rates[i % workers]) for i in range(calls))), 30)
+        except TimeoutError:
+            pytest.fail(f"{len(starts)} of {calls} calls started in 30 s; fetches: {[r.fetches for r in rates]}")
+        assert all(rate.lead >= 0.3 for rate in rates)  # at least one round trip ahead
+        assert sum(rate.fetches for rate in rates) <= 24
+        return sorted(starts)
+
+    starts = asyncio.run(main())
+    burst, per_second = per_minute / 60, per_minute / 60
+    for window in (0.25, 0.5, 1.0):
+        assert max_in_window(starts, window) <= burst + window * per_second + 1
+
+
+def test_a_finished_prefetch_whose_units_passed_does_not_spin() -> None:
+    """A prefetch that has finished, before its done-callback ran, with every unit it brought already passed (a
+    starved worker): awaiting it returned at once without yielding, so ``acquire`` spun for ever holding the
+    event loop (a cluster test hung for 40 minutes beside a pocket build). Now it fetches afresh and starts."""
+    finished = threading.Event()
+    failure: list[BaseException] = []
+
+    async def main() -> None:
+        owner = LimitsCoordinator({"r": LimitSpec("rate", 1200.0)})
+        rate = LeasedRate(FakeHandle(owner), "r", 1200.0, batch=2.5)
+        prefetch = asyncio.get_running_loop().create_future()
+        prefetch.set_result(None)
+        rate._prefetch = prefetch  # finished; its units came and passed (none left in rate._grants)
+        await rate.acquire()
+        assert rate.fetches == 1
+
+    def worker() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as error:  # reported by the test thread
+            failure.append(error)
+        finished.set()
+
+    # a spinning event loop cannot time itself out: watch it from another thread
+    threading.Thread(target=worker, daemon=True).start()
+    assert finished.wait(30), "acquire() spun on a finished prefetch without yielding"
+    assert failure == []
 
 
 def test_leased_budget_never_grants_more_than_the_budget() -> None:

@@ -12,7 +12,10 @@ Asking it on every call would cost a round trip (about a millisecond), so worker
   out *batches* of units with the time the first may start; the worker starts unit ``j`` of a batch
   no earlier than ``start + j × interval``, exactly when one-by-one reservations would have let it,
   and drops units whose time passed unused. Batches are a fraction of the burst and fetched ahead,
-  so the bound is the single pacer's and the round trip is off the call's path.
+  so the bound is the single pacer's and the round trip is off the call's path. A batch is booked to
+  start no sooner than twice the last round trip from now (``LeasedRate.lead``), so on a slow cluster
+  its units are still ahead when they arrive: booked for "now", they would all have passed on arrival,
+  and a worker would fetch and drop batch after batch without ever starting a call.
 - **budget** — tokens and dollars are granted in chunks; a worker books against its chunk and asks
   for another when it runs out. The coordinator never grants more than the budget, so the job never
   spends more than it (up to one call's overshoot per worker for dollars, as for one process).
@@ -121,9 +124,10 @@ class LimitsCoordinator:
         places.free += count
         places.serve()
 
-    def reserve(self, key: str, units: float) -> float:
-        """Book ``units`` on the shared pacer; seconds until the first may start."""
-        return self.rates[key].reserve(units)
+    def reserve(self, key: str, units: float, lead: float = 0.0) -> float:
+        """Book ``units`` on the shared pacer, the first no sooner than ``lead`` seconds from now (the time the
+        answer takes to reach the worker); seconds until the first may start."""
+        return lead + self.rates[key].reserve(units, now=time.monotonic() + max(0.0, lead))
 
     def grant_tokens(self, key: str, wanted: float) -> float:
         """Up to ``wanted`` tokens of the budget (0 once it is all granted)."""
@@ -275,6 +279,8 @@ class LeasedRate:
         self._debt = 0.0
         self._gate = asyncio.Lock()
         self._prefetch: asyncio.Future[None] | None = None
+        self.lead = 0.0
+        """Seconds ahead a batch is booked: twice the slowest recent round trip to the coordinator."""
 
     async def acquire(self, cost: float = 1.0) -> None:
         """Wait until ``cost`` units may start (first come, first served), then spend them."""
@@ -286,9 +292,11 @@ class LeasedRate:
                 now = time.monotonic()
                 self._drop_expired(now)
                 if not self._grants:
-                    if self._prefetch is not None:
-                        await asyncio.shield(self._prefetch)
-                    else:
+                    prefetch = self._prefetch
+                    if prefetch is not None and not prefetch.done():
+                        await asyncio.shield(prefetch)
+                    else:  # awaiting a finished prefetch would not yield: its units are spent or passed, fetch more
+                        self._prefetch = None
                         await self._fetch(max(self.batch, need))
                     continue
                 grant = self._grants[0]
@@ -329,7 +337,9 @@ class LeasedRate:
     async def _fetch(self, units: float) -> None:
         self.fetches += 1
         sent = time.monotonic()
-        delay = await self.coordinator.reserve.remote(self.key, units)
+        delay = await self.coordinator.reserve.remote(self.key, units, self.lead)
+        arrived = time.monotonic()
+        self.lead = max(2.0 * (arrived - sent), 0.8 * self.lead)  # follows a slow round trip at once, a fast one slowly
         start = sent + delay  # booked after `sent`: starting from here is never earlier than allowed
         if self._grants:  # units of one worker never overlap in time
             last = self._grants[-1]
@@ -337,7 +347,8 @@ class LeasedRate:
         self._grants.append([start, units])
 
     def _prefetched(self, future: asyncio.Future[None]) -> None:
-        self._prefetch = None
+        if self._prefetch is future:  # acquire() may have let it go already and started another
+            self._prefetch = None
         if not future.cancelled():
             future.exception()  # retrieved: a failed prefetch is retried by the next acquire
 
