@@ -38,7 +38,7 @@ def agglm(
 ) -> Any:
     """``n`` samples (node ``candidates``), then one aggregator call reading them all (``aggregate``).
 
-    Example:
+    Examples:
         >>> from graphs import agglm
         >>> agglm.build().count_calls()
         {'solver': 8, 'aggregator': 1}
@@ -59,7 +59,7 @@ def ssa(
 ) -> Any:
     """``n`` samples (node ``samples``), then a short final answer from the aggregator (``answer``).
 
-    Example:
+    Examples:
         >>> from graphs import ssa
         >>> ssa.build(n=5).count_calls()
         {'solver': 5, 'aggregator': 1}
@@ -78,7 +78,7 @@ def aggregate_given(
 ) -> Any:
     """One aggregator call over candidates passed in as the input ``given`` (strings, traces or text rows).
 
-    Example:
+    Examples:
         >>> from scaffold.testing import ScriptedBackend
         >>> from graphs import aggregate_given
         >>> run = aggregate_given.run_sync({"problem": "1+1", "given": [r"\\\\boxed{2}", r"\\\\boxed{3}"]},

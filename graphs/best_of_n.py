@@ -37,7 +37,7 @@ _SCORE = re.compile(r"score\**\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 def parse_score(text: str) -> float | None:
     """The number after the last ``Score:`` in a judge's text, ``None`` if there is none.
 
-    Example:
+    Examples:
         >>> parse_score("Step 2 is wrong. Score: 3\\nOn reflection... Score: 4.5")
         4.5
         >>> parse_score("**Score:** 8/10"), parse_score("looks fine") is None
@@ -52,7 +52,7 @@ def judged_scores(
 ) -> list[float | None]:
     """Each member's score from the judgement that read it (``None``: no judgement, or none readable).
 
-    Example:
+    Examples:
         >>> t = lambda i, text="", inputs=(): sf.Trace(id=i, run_id="r", node="n", index=0, text=text, inputs=inputs)
         >>> judged_scores([t("a"), t("b")], [t("j0", "Score: 2", ("b",))])
         [None, 2.0]
@@ -109,7 +109,7 @@ def best_of_n(
     ``judge`` call per sample (node ``judgements``) and ``score_parser`` give them. The output's
     ``metadata["scores"]`` holds every sample's score, ``["winner"]`` the chosen sample's id.
 
-    Example:
+    Examples:
         >>> from graphs import best_of_n
         >>> best_of_n.build(n=4).count_calls()
         {'solver': 4, 'judge': 4}
@@ -138,7 +138,7 @@ def weighted_majority(
     (``counts`` as ``[answer, total score, members]``, best first; ``share`` of the total score;
     ``voters``; ``winner``) plus every sample's ``scores``.
 
-    Example:
+    Examples:
         >>> from graphs import weighted_majority
         >>> weighted_majority.build(n=8).count_calls()
         {'solver': 8, 'judge': 8}

@@ -42,7 +42,7 @@ def evolve(
 ) -> Any:
     """A sampled population, ``generations`` rounds of children from random parent sets, then a vote.
 
-    Example:
+    Examples:
         >>> from graphs import evolve
         >>> evolve.build().count_calls()  # 8 samples, then 4 generations of 8 children
         {'solver': 40}

@@ -58,7 +58,7 @@ def mixture_of_agents(
 ) -> Any:
     """``layers - 1`` layers of proposers, each reading every response of the layer before; then one aggregator.
 
-    Example:
+    Examples:
         >>> from graphs import mixture_of_agents
         >>> mixture_of_agents.build(proposers=("a", "b", "c")).count_calls()
         {'a': 2, 'b': 2, 'c': 2, 'aggregator': 1}
@@ -90,7 +90,7 @@ def self_moa(
 
     The aggregator is the same model unless ``aggregator`` names another alias.
 
-    Example:
+    Examples:
         >>> from graphs import self_moa
         >>> self_moa.build().count_calls()
         {'solver': 7}

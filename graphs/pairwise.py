@@ -51,7 +51,7 @@ def bradley_terry(
     finite and an item nobody compared scores 1. The chance that ``i`` beats ``j`` is
     ``s[i] / (s[i] + s[j])``. Ties (``p=0.5``) count half a win each.
 
-    Example:
+    Examples:
         >>> s = bradley_terry(3, [(0, 1, 1.0), (1, 2, 1.0), (0, 2, 1.0)])
         >>> sorted(range(3), key=lambda i: -s[i])
         [0, 1, 2]
@@ -85,7 +85,7 @@ def bradley_terry(
 def parse_winner(judge: sf.Trace, a: sf.Trace, b: sf.Trace) -> float:
     """1.0 if the judge's last ``Winner:`` line names candidate 1 (``a``), 0.0 for candidate 2, else 0.5.
 
-    Example:
+    Examples:
         >>> t = lambda text: sf.Trace(id="j", run_id="r", node="compare0", index=0, text=text)
         >>> [parse_winner(t(text), t(""), t("")) for text in ("Winner: 2", "**Winner:** Candidate 1", "a draw")]
         [0.0, 1.0, 0.5]
@@ -102,7 +102,7 @@ def agreement_verdict(judge: sf.Trace, a: sf.Trace, b: sf.Trace) -> float:
     For a judge that writes a solution of its own after reading both candidates (an aggregation
     prompt) instead of naming a winner.
 
-    Example:
+    Examples:
         >>> t = lambda answer: sf.Trace(id="t", run_id="r", node="n", index=0, answer=answer)
         >>> agreement_verdict(t("0.5"), t("1/2"), t("3")), agreement_verdict(t("4"), t("1"), t("3"))
         (1.0, 0.5)
@@ -116,7 +116,7 @@ def agreement_verdict(judge: sf.Trace, a: sf.Trace, b: sf.Trace) -> float:
 def pairwise_scores(members: Sequence[sf.Trace], comparisons: Sequence[sf.Trace], verdict: Verdict) -> list[float]:
     """Bradley–Terry scores of ``members`` from the comparisons among them (others are ignored).
 
-    Example:
+    Examples:
         >>> t = lambda i, text="", inputs=(): sf.Trace(id=i, run_id="r", node="n", index=0, text=text, inputs=inputs)
         >>> s = pairwise_scores([t("a"), t("b")], [t("c", "Winner: 2", ("a", "b"))], parse_winner)
         >>> s[1] > s[0]
@@ -149,7 +149,7 @@ def pairwise_ranking(
 ) -> Any:
     """Sample, then ``generations`` rounds of pairwise judging and Bradley–Terry elites, refined between rounds.
 
-    Example:
+    Examples:
         >>> from graphs import pairwise_ranking
         >>> pairwise_ranking.build().count_calls()  # 8 + 2 x 4 solver calls, 3 x 16 comparisons
         {'solver': 16, 'judge': 48}
@@ -185,7 +185,7 @@ def pairwise_ranking(
 def population_by_generation(result: sf.RunResult) -> list[list[sf.Trace]]:
     """The population of each generation of a :func:`pairwise_ranking` run (from generation 1: elites first).
 
-    Example:
+    Examples:
         >>> from scaffold.testing import ScriptedBackend
         >>> judge = ScriptedBackend(lambda r: "Winner: 1")
         >>> run = pairwise_ranking.build(n=4, elites=2, generations=2).run_sync(

@@ -66,7 +66,7 @@ _READS_CANDIDATES = ("aggregate_prompt", "evolve_prompt", "moa_prompt", "summary
 def parse_value(text: str, default: Any = None) -> Any:
     """A build parameter from its command-line text, typed like ``default`` where that decides.
 
-    Example:
+    Examples:
         >>> parse_value("8"), parse_value("0.5"), parse_value("true"), parse_value("solver")
         (8, 0.5, True, 'solver')
         >>> parse_value("a,b", default=("x",)), parse_value("none")
@@ -176,7 +176,7 @@ def build_topology(name: str, params: Mapping[str, str | Any] | None = None, *, 
     parameter name (:data:`RENAMED`) works with a ``DeprecationWarning``; giving it with its new name
     is an error.
 
-    Example:
+    Examples:
         >>> build_topology("rsa", {"n": "4", "k": "2", "steps": "1"}).count_calls()
         {'solver': 8}
     """

@@ -42,7 +42,7 @@ def rsa(
     ``logprobs=True`` records every call's token logprobs (what training on RSA rollouts needs);
     ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the model's).
 
-    Example:
+    Examples:
         >>> from graphs import rsa
         >>> rsa.build().count_calls()  # the paper's N=16, K=4, T=10
         {'solver': 176}
@@ -60,7 +60,7 @@ def population_by_step(result: sf.RunResult, prefix: str = "step") -> list[list[
 
     Works for any topology that names its steps ``{prefix}{t}`` (RSA, evolve).
 
-    Example:
+    Examples:
         >>> from scaffold.testing import ScriptedBackend
         >>> from graphs import rsa
         >>> run = rsa.build(n=4, k=2, steps=2).run_sync(

@@ -19,7 +19,7 @@ from graphs.prompts import SOLVE_PROMPT
 def self_consistency(problem: str, *, n: int = 40, model: str = "solver", prompt: str = SOLVE_PROMPT) -> Any:
     """``n`` samples (node ``samples``), then an equivalence-clustered majority vote (node ``vote``).
 
-    Example:
+    Examples:
         >>> from graphs import self_consistency
         >>> self_consistency.build(n=5).count_calls()
         {'solver': 5}

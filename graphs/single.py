@@ -16,7 +16,7 @@ from graphs.prompts import SOLVE_PROMPT
 def single_sample(problem: str, *, model: str = "solver", prompt: str = SOLVE_PROMPT) -> Any:
     """One call (node ``sample``) whose answer is the output.
 
-    Example:
+    Examples:
         >>> from graphs import single_sample
         >>> single_sample.build().count_calls()
         {'solver': 1}

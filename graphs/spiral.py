@@ -40,7 +40,7 @@ from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
 def grpo_group(problem: str, *, n: int = 8, model: str = "solver", prompt: str = SOLVE_PROMPT) -> Any:
     """A group of ``n`` solutions with their logprobs, then a vote (for evaluation).
 
-    Example:
+    Examples:
         >>> from graphs import grpo_group
         >>> grpo_group.build(n=6).count_calls()
         {'solver': 6}
@@ -66,7 +66,7 @@ def spiral(
     ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the
     model's), so that a set's N2 aggregations can disagree and their set-relative credit is not 0.
 
-    Example:
+    Examples:
         >>> from graphs import spiral
         >>> spiral.build().count_calls()  # 8 + 4 sets x 4 aggregations: the paper's 24 rollouts
         {'solver': 24}
@@ -94,7 +94,7 @@ def agglm_data(
 ) -> Any:
     """``n`` samples split into consecutive sets of ``k``, each aggregated; hard/easy selection happens at credit time.
 
-    Example:
+    Examples:
         >>> from graphs import agglm_data
         >>> agglm_data.build(n=12, k=4, aggregations=2).count_calls()
         {'solver': 18}

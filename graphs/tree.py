@@ -28,7 +28,7 @@ from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
 def tree_sizes(n: int, k: int) -> list[int]:
     """The number of traces at each level of a tree with ``n`` leaves and branching ``k``, root (1) last.
 
-    Example:
+    Examples:
         >>> tree_sizes(16, 4), tree_sizes(10, 3)
         ([16, 4, 1], [10, 4, 2, 1])
     """
@@ -51,7 +51,7 @@ def aggregation_tree(
 ) -> Any:
     """``n`` samples (leaves), aggregated in groups of ``k`` level by level (``level0`` …) up to one root.
 
-    Example:
+    Examples:
         >>> from graphs import aggregation_tree
         >>> aggregation_tree.build().count_calls()  # 16 leaves, 4 groups, 1 root
         {'solver': 21}

@@ -1,6 +1,6 @@
 """Scaffold: test-time-compute graphs of sequential, parallel and aggregative model calls.
 
-Example:
+Examples:
     >>> import scaffold as sf
     >>> from scaffold.testing import ScriptedBackend
     >>> @sf.graph

@@ -24,7 +24,7 @@ Equivalence = Callable[[str, str], bool]
 def extract_boxed(text: str) -> str | None:
     """Return the content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``.
 
-    Example:
+    Examples:
         >>> extract_boxed(r"so \\boxed{\\frac{1}{2}}.")
         '\\\\frac{1}{2}'
         >>> extract_boxed("no answer") is None
@@ -65,7 +65,7 @@ def _boxed_content(text: str, start: int) -> str | None:
 def extract_last_number(text: str) -> str | None:
     """Return the last integer or decimal in ``text`` (a fallback extractor, GSM8K style).
 
-    Example:
+    Examples:
         >>> extract_last_number("it costs 1,200 dollars, i.e. 12.5 each")
         '12.5'
     """
@@ -91,7 +91,7 @@ _FRAC = re.compile(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}")
 def as_number(answer: str) -> Fraction | None:
     r"""The exact value of a plain numeric answer (``"12"``, ``"-0.5"``, ``"3/4"``, ``"\frac{3}{4}"``), else ``None``.
 
-    Example:
+    Examples:
         >>> as_number(r"\frac{1}{2}") == as_number("0.5") == as_number("1/2")
         True
     """
@@ -154,7 +154,7 @@ def equivalent(a: str | None, b: str | None) -> bool:
 
     Plain numbers are compared exactly without sympy; anything else goes to math-verify.
 
-    Example:
+    Examples:
         >>> equivalent("1/2", "0.5"), equivalent(r"\sqrt{4}", "2"), equivalent("3", "4")
         (True, True, False)
     """

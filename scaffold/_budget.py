@@ -26,7 +26,7 @@ class Budget:
     for the whole batch. Thread-safe: runs on several threads (``run_sync`` from a thread pool)
     may share one.
 
-    Example:
+    Examples:
         >>> budget = Budget(max_tokens=1_000, max_cost=0.50)
         >>> budget.tokens, budget.cost, budget.remaining_tokens
         (0, 0.0, 1000)

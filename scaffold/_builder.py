@@ -25,7 +25,7 @@ class Input:
     Use it in a template (``"Solve {problem}"`` or ``TEMPLATE.format(problem=problem)``)
     or pass it where a set is expected to read candidates supplied at run time.
 
-    Example:
+    Examples:
         >>> f"{Input('problem')}"
         '{problem}'
     """

@@ -62,7 +62,7 @@ def call_seed(run_seed: int, node: str, index: int) -> int:
     Hashed rather than counted up, so that engines deriving choice ``i``'s seed as ``seed + i``
     (vLLM) never give two requests the same samples.
 
-    Example:
+    Examples:
         >>> call_seed(0, "step0", 3) == call_seed(0, "step0", 3) != call_seed(1, "step0", 3)
         True
     """

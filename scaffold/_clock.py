@@ -8,7 +8,7 @@ through one :class:`Clock`. The default, :data:`MONOTONIC`, is ``time.monotonic`
 chosen; a test passes :class:`scaffold.testing.VirtualClock` instead and runs all of it in virtual
 time: no test waits for real seconds, and none can fail because a loaded machine was slow.
 
-Example:
+Examples:
     >>> import asyncio
     >>> async def timed_out() -> bool:
     ...     try:
@@ -53,7 +53,7 @@ class MonotonicClock:
     ``now`` *is* ``time.monotonic`` and ``sleep`` *is* ``asyncio.sleep``, so a part on this clock costs
     what it cost before the clock could be chosen.
 
-    Example:
+    Examples:
         >>> clock = MonotonicClock()
         >>> clock.now() <= clock.now()
         True

@@ -15,7 +15,7 @@ _RUN_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("scaffold_r
 def current_run_id() -> str | None:
     """The id of the run whose code is running here (``None`` outside a run).
 
-    Example:
+    Examples:
         >>> current_run_id() is None
         True
     """

@@ -33,7 +33,7 @@ def loop(
     successful members only); when it returns true the loop stops there.
     Node names inside get an ``@step`` suffix: ``loop@2/aggregate``.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def rsa(problem, *, n: int = 4, k: int = 2, steps: int = 3):

@@ -21,7 +21,7 @@ def load_problems(path: str | os.PathLike[str], *, limit: int | None = None,
                   problem_key: str = "problem", answer_key: str = "answer") -> list[dict[str, Any]]:
     """The rows of a JSONL problem file, each with ``problem`` and ``answer`` as strings (other fields kept).
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> f = pathlib.Path(tempfile.mkdtemp()) / "p.jsonl"
         >>> _ = f.write_text('{"id": "a", "problem": "1+1", "answer": 2}\\n')
@@ -52,7 +52,7 @@ def load_problems(path: str | os.PathLike[str], *, limit: int | None = None,
 def check_row(row: Any, where: str, problem_key: str = "problem", answer_key: str = "answer") -> dict[str, Any]:
     """``row`` with ``problem`` and ``answer`` as strings; :class:`DatasetError` naming ``where`` if it has none.
 
-    Example:
+    Examples:
         >>> check_row({"question": "1+1", "solution": 2}, "f.jsonl:3", "question", "solution")["answer"]
         '2'
         >>> check_row({"problem": "1+1"}, "f.jsonl:3")

@@ -67,7 +67,7 @@ EVENTS = (RunStarted, CallStarted, TraceFinished, RunFinished)
 def wanted_by(subscribers: tuple[Subscriber, ...]) -> dict[type, tuple[Subscriber, ...]]:
     """Each event class, and the subscribers that get it (their ``events``, by default all).
 
-    Example:
+    Examples:
         >>> def calls(event): pass
         >>> calls.events = (TraceFinished,)
         >>> {cls.__name__: len(fns) for cls, fns in wanted_by((calls, print)).items()}

@@ -69,7 +69,7 @@ def _check_params(name: str, defaults: Mapping[str, Any], params: Mapping[str, A
 class Graph:
     """A built, validated graph: run it, map it over a dataset, describe it.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> from scaffold.testing import ScriptedBackend
         >>> @sf.graph
@@ -291,7 +291,7 @@ class Graph:
         ``concurrency`` at a time per worker, with every model limit and the budget held across
         the cluster and a dead worker's rows resumed on the others (see :mod:`scaffold.cluster`).
 
-        Example:
+        Examples:
             >>> import scaffold as sf
             >>> from scaffold.testing import ScriptedBackend
             >>> @sf.graph
@@ -335,7 +335,7 @@ class Graph:
 class GraphFunction:
     """What ``@graph`` returns: builds :class:`Graph` objects from a function; runs with default parameters.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def best_of_n(problem, *, n: int = 4):
@@ -408,7 +408,7 @@ def graph(
 ) -> GraphFunction | Callable[[Callable[..., Any]], GraphFunction]:
     """Decorator turning a function of primitives into a graph (``@sf.graph`` or ``@sf.graph(name="rsa")``).
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def self_consistency(problem, *, n: int = 8):

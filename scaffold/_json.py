@@ -24,7 +24,7 @@ def to_json(value: Any, *, stable: bool = False) -> Any:
     and compared across runs: functions are named by module and qualified name (their ``repr``
     holds a memory address) and sets are sorted (their order depends on string hashing).
 
-    Example:
+    Examples:
         >>> import math
         >>> to_json((1, "a", math.sqrt), stable=True), to_json({"k": None, 2: float("nan")})
         ([1, 'a', 'math.sqrt'], {'k': None, '2': None})

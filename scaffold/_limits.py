@@ -25,7 +25,7 @@ class InFlightLimit:
     Safe to share between event loops in different threads (``run_sync`` from a thread pool):
     a place freed on one loop is handed to a waiter on another through that waiter's loop.
 
-    Example:
+    Examples:
         >>> limit = InFlightLimit(2)
         >>> limit.limit, limit.peak
         (2, 0)
@@ -120,7 +120,7 @@ class RateLimit:
         clock: what :meth:`acquire` waits on and what :meth:`reserve` reads when not given ``now=``
             (default: the real monotonic clock; a test passes :class:`scaffold.testing.VirtualClock`).
 
-    Example:
+    Examples:
         >>> limit = RateLimit(600)             # 10 per second
         >>> [round(limit.reserve(now=0.0), 2) for _ in range(12)][-3:]
         [0.0, 0.1, 0.2]

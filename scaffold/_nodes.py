@@ -22,7 +22,7 @@ from scaffold._types import Trace
 class Quorum:
     """Failure policy: failed members are recorded and dropped, but at least ``k`` must succeed.
 
-    Example:
+    Examples:
         >>> Quorum(3).k
         3
     """

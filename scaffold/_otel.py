@@ -44,7 +44,7 @@ _PROVIDERS = {"OpenAIBackend": "openai", "LiteLLMBackend": "litellm", "Transform
 def traces_url(endpoint: str) -> str:
     """The OTLP/HTTP traces URL of a collector: ``endpoint`` itself when it names ``/v1/traces``, else with it added.
 
-    Example:
+    Examples:
         >>> traces_url("http://127.0.0.1:4318")
         'http://127.0.0.1:4318/v1/traces'
     """
@@ -151,7 +151,7 @@ class OTelExporter:
 def otel_exporter(endpoint: str, **options: Any) -> OTelExporter:
     """A run subscriber sending every run to the OTLP/HTTP collector at ``endpoint`` (:class:`OTelExporter`).
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> result = graph.run_sync(inputs, models=models,  # doctest: +SKIP
         ...                         subscribers=[sf.otel_exporter("http://127.0.0.1:4318")])

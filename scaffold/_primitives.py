@@ -67,7 +67,7 @@ def candidates(values: Sequence[str | Trace | Mapping[str, Any]], *, name: str =
 
     To pass candidates per run instead, read a graph input as a set (see :func:`aggregate`).
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def majority():
@@ -184,7 +184,7 @@ def generate(
     ``context`` maps extra template variables to earlier nodes: a one-trace node
     renders as its text, a set as a numbered candidate list.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def solve_then_check(problem):
@@ -216,7 +216,7 @@ def sample(
 
     Backends that accept ``n`` get one request; others get ``n`` requests. Each choice is its own trace.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def majority(problem, *, n: int = 8):
@@ -264,7 +264,7 @@ def aggregate(
     ``items`` may be a graph input, so candidates collected elsewhere (strings or traces) can be
     aggregated without regenerating them.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def rsa_step(problem, *, population: int = 8, k: int = 4):

@@ -14,7 +14,7 @@ from scaffold._types import Trace, TraceKind, Usage
 class RunResult:
     """The outcome of one run: its output, every trace it produced, and how it ended.
 
-    Example:
+    Examples:
         >>> r = RunResult(run_id="r1", graph="g", inputs={}, seed=0, status="ok", output=None)
         >>> r.ok
         True

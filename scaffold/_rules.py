@@ -39,7 +39,7 @@ def cluster_answers(
 
     Traces without an answer are left out. Ties go to the cluster seen first.
 
-    Example:
+    Examples:
         >>> from scaffold._types import Trace
         >>> ts = [Trace(id=str(i), run_id="r", node="s", index=i, answer=a) for i, a in enumerate(["1/2", "0.5", "3"])]
         >>> [(a, w) for a, w, _ in cluster_answers(ts)]
@@ -107,7 +107,7 @@ def vote(
     The output trace carries the winning answer, the text of the first member that gave it,
     and ``metadata["counts"]`` (``[answer, votes, members]`` per cluster, best first) and ``["share"]``.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def g():
@@ -129,7 +129,7 @@ def weighted_vote(
 ) -> Node:
     """Vote where each member counts ``weight(trace)`` (e.g. a verifier's score) instead of 1.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def g():
@@ -151,7 +151,7 @@ def best_of(
     The output is a new trace with the chosen member's text and answer; ``metadata["scores"]``
     holds every member's score.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def g():
@@ -205,7 +205,7 @@ def _chosen_from(items: SetLike, k: int, what: str) -> Node:
 def top_k(items: SetLike, k: int, score: Callable[[Trace], float], *, name: str | None = None) -> Node:
     """The ``k`` members with the highest ``score`` (ties keep set order); the traces pass through unchanged.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def g():
@@ -245,7 +245,7 @@ def rule(
     keyword argument ``inputs`` (a verifier that needs the problem text). The new trace's lineage
     is every trace it read.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def g():
@@ -286,7 +286,7 @@ def select(
     ``items`` and of each set in ``using`` (say, pairwise judgements of the members) and returns
     distinct members of ``items``; the first ``k`` are kept.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def g():
@@ -307,7 +307,7 @@ def select(
 def concat(*sets: SetLike, name: str | None = None) -> Node:
     """Join sets in order into one set; no new traces (lineage points at the originals).
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def g():
@@ -335,7 +335,7 @@ def map_traces(
 
     ``fn`` returns the new text (its answer is extracted again) or a :class:`RuleOutput`.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> @sf.graph
         ... def g():
@@ -354,7 +354,7 @@ def map_traces(
 def agreement(share: float, *, equivalence: Equivalence = equivalent) -> Callable[[list[Trace]], bool]:
     """A loop stop condition: true when the most common answer holds at least ``share`` of the set.
 
-    Example:
+    Examples:
         >>> from scaffold._types import Trace
         >>> ts = [Trace(id=str(i), run_id="r", node="s", index=i, answer=a) for i, a in enumerate("1112")]
         >>> agreement(0.75)(ts), agreement(0.8)(ts)

@@ -45,7 +45,7 @@ def environment_secrets() -> list[str]:
 def redact(text: str, secrets: Sequence[str] = ()) -> str:
     """Remove ``secrets`` and anything shaped like a key or bearer token from ``text``.
 
-    Example:
+    Examples:
         >>> redact("Incorrect API key provided: sk-abc123456789. Bearer xyz", ())
         'Incorrect API key provided: sk-***. Bearer ***'
     """

@@ -40,7 +40,7 @@ class Selector(Protocol):
 class AllMembers:
     """One group holding every member (``n`` copies of it when ``n > 1``).
 
-    Example:
+    Examples:
         >>> AllMembers().groups(3, random.Random(0))
         [(0, 1, 2)]
     """
@@ -68,7 +68,7 @@ class AllMembers:
 class RandomSubsets:
     """``n`` subsets of ``k`` distinct members, each drawn uniformly without replacement (RSA).
 
-    Example:
+    Examples:
         >>> [len(g) for g in RandomSubsets(k=2, n=3).groups(5, random.Random(0))]
         [2, 2, 2]
     """
@@ -122,7 +122,7 @@ class RandomSubsets:
 class Partition:
     """Consecutive groups of ``k`` (the last one smaller unless ``drop_remainder``), optionally shuffled first.
 
-    Example:
+    Examples:
         >>> Partition(k=2).groups(5, random.Random(0))
         [(0, 1), (2, 3), (4,)]
     """
@@ -159,7 +159,7 @@ class Partition:
 class Each:
     """One group per member: every member is read on its own (self-refinement, critique).
 
-    Example:
+    Examples:
         >>> Each().groups(3, random.Random(0))
         [(0,), (1,), (2,)]
     """
@@ -187,7 +187,7 @@ class Pairs:
     repeats while unused pairs remain. The order inside a
     pair is shuffled too, so a judge's position bias does not favour any member.
 
-    Example:
+    Examples:
         >>> Pairs().groups(3, random.Random(0))
         [(0, 1), (0, 2), (1, 2)]
         >>> len(Pairs(per_member=2).groups(6, random.Random(0)))
@@ -236,7 +236,7 @@ class Pairs:
 class CustomSelector:
     """Wraps a function ``(size, rng) -> groups of indices``; the group count must not depend on the rng.
 
-    Example:
+    Examples:
         >>> pairs = CustomSelector(lambda size, rng: [(i, (i + 1) % size) for i in range(size)])
         >>> pairs.groups(3, random.Random(0))
         [(0, 1), (1, 2), (2, 0)]

@@ -24,7 +24,7 @@ _PART = re.compile(r"\{\{[A-Za-z_][A-Za-z0-9_]*\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}
 class Template:
     """A string with ``{variable}`` placeholders, checked at build time.
 
-    Example:
+    Examples:
         >>> t = Template("Solve: {problem}\\nPut the answer in \\\\boxed{}.")
         >>> sorted(t.variables)
         ['problem']
@@ -96,7 +96,7 @@ def as_template(value: str | Template) -> Template:
 def format_candidates(traces: Sequence[Trace]) -> str:
     """Default rendering of a candidate set inside an aggregation prompt (``{candidates}``).
 
-    Example:
+    Examples:
         >>> from scaffold import Trace
         >>> print(format_candidates([Trace(id="a", run_id="r", node="n", index=0, text="x = 1"),
         ...                          Trace(id="b", run_id="r", node="n", index=1, text="x = 2")]))

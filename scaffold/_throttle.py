@@ -26,7 +26,7 @@ This is a delivery-rate controller (the idea behind BBR) rather than TCP's AIMD,
 on every loss is what collapses under random 429s: there, each 429 cuts the rate, and a steady
 share of random 429s holds it near zero.
 
-Example:
+Examples:
     >>> throttle = Throttle()
     >>> throttle.rate is None                  # off: nothing is paced
     True

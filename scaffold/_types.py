@@ -23,7 +23,7 @@ def record_maker(cls: type[_R]) -> Callable[..., _R]:
     function returned here sets the slots through their descriptors directly, about twice
     as fast, with the same fields and defaults. Arguments are not validated.
 
-    Example:
+    Examples:
         >>> make_usage = record_maker(Usage)
         >>> make_usage(prompt_tokens=3).total_tokens
         3
@@ -80,7 +80,7 @@ class Message(NamedTuple):
     one per model call); ``Message`` is a named tuple of the same shape, equal to the pair,
     for code that builds requests by hand.
 
-    Example:
+    Examples:
         >>> Message("user", "2+2?").role
         'user'
     """
@@ -93,7 +93,7 @@ class Message(NamedTuple):
 class Request:
     """What one model call sends to a backend.
 
-    Example:
+    Examples:
         >>> Request(messages=(Message("user", "2+2?"),), n=4).n
         4
     """
@@ -162,7 +162,7 @@ class Delta:
 
     The texts of a choice's deltas, in order, concatenate to the final :class:`Completion`'s text.
 
-    Example:
+    Examples:
         >>> Delta(choice=0, text="so the").text
         'so the'
     """
@@ -181,7 +181,7 @@ class Delta:
 class Finished:
     """The last item of a stream: the same completions ``complete`` would have returned, one per choice.
 
-    Example:
+    Examples:
         >>> Finished((Completion(text="4"),)).completions[0].text
         '4'
     """
@@ -198,7 +198,7 @@ StreamItem = Delta | Finished
 class Trace:
     """One recorded output of a run: a model call, a rule aggregation or an external input.
 
-    Example:
+    Examples:
         >>> t = Trace(id="r1/solve#0", run_id="r1", node="solve", index=0, text=r"\\boxed{4}", answer="4")
         >>> t.ok
         True

@@ -18,7 +18,7 @@ _CLASS_NAME = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
 def field_path(location: tuple[Any, ...]) -> str:
     """``("models", "judge", "max_in_flight")`` -> ``models.judge.max_in_flight``; list positions as ``[i]``.
 
-    Example:
+    Examples:
         >>> field_path(("messages", 2, "content"))
         'messages[2].content'
     """
@@ -36,7 +36,7 @@ def describe_errors(errors: list[Any], *, limit: int = 4) -> str:
 
     Inputs are never quoted (a request body may hold secrets); pydantic's ``Value error,`` prefix is dropped.
 
-    Example:
+    Examples:
         >>> describe_errors([{"loc": ("max_in_flight",), "msg": "Input should be a valid integer"}])
         '`max_in_flight`: Input should be a valid integer'
     """

@@ -31,7 +31,7 @@ def has_lone_surrogate(text: str) -> bool:
 def clean_text(text: str, no_nul: bool) -> str:
     """``text`` with lone surrogates (and, when ``no_nul``, NUL characters) replaced by U+FFFD.
 
-    Example:
+    Examples:
         >>> clean_text("a\\ud800b\\x00", no_nul=True)
         'a\ufffdb\ufffd'
     """
@@ -50,7 +50,7 @@ def json_data(value: Any, no_nul: bool = False, depth: int = 0) -> Any:
     """``value`` as JSON data every database takes: finite numbers, clean strings, at most :data:`MAX_DEPTH`
     levels (deeper parts become ``"…"``), string keys; other objects as their ``repr``.
 
-    Example:
+    Examples:
         >>> json_data({"a": float("nan"), 1: ["\\ud800", (2, 3)]})
         {'a': None, '1': ['\ufffd', [2, 3]]}
     """
@@ -97,7 +97,7 @@ def check_value(value: Any, where: str, depth: int = 0) -> str | None:
     Refused: strings with lone surrogates (no database, and no model API, takes them) and nesting deeper
     than :data:`MAX_DEPTH`. NaN and infinities are recorded as ``null`` like everywhere else.
 
-    Example:
+    Examples:
         >>> check_value({"problem": "x\\ud800"}, "inputs")
         'inputs.problem holds a lone surrogate (\\\\ud800), which is not valid Unicode text'
     """

@@ -79,7 +79,7 @@ def group_advantages(
 
     ``scale_by_std`` divides by the group's population std plus ``eps``.
 
-    Example:
+    Examples:
         >>> group_advantages([1.0, 0.0, 0.0, 1.0])
         [0.5, -0.5, -0.5, 0.5]
         >>> group_advantages([1.0, 0.0, 0.0], baseline="rloo")
@@ -104,7 +104,7 @@ def group_advantages(
 def set_advantages(set_rewards: Sequence[Sequence[float]]) -> list[float]:
     """A(G_i) = f(G_i) − mean_i f(G_i), where f(G_i) is the mean reward of set i's aggregations.
 
-    Example:
+    Examples:
         >>> set_advantages([[1.0, 0.0], [1.0, 1.0]])
         [-0.25, 0.25]
     """
@@ -129,7 +129,7 @@ def spiral_set_advantages(
     aggregations. Returns (one advantage per search trace, ``None`` for one in no set; the
     aggregations' advantages, shaped like ``set_rewards``).
 
-    Example:
+    Examples:
         >>> spiral_set_advantages(4, [[0, 1], [1, 2]], [[1.0, 0.0], [1.0, 1.0]])
         ([-0.25, 0.0, 0.25, None], [[0.5, -0.5], [0.0, 0.0]])
     """
@@ -329,7 +329,7 @@ def assign_credit(
     ``rewards`` maps trace id → reward (see :func:`trainers.rewards.rewards_from`); ``options``
     go to the scheme (``scale_by_std``, ``eps``; SPIRAL also ``aggregate_weight``, ``search_weight``).
 
-    Example:
+    Examples:
         >>> ts = [Trace(id=f"r/s#{i}", run_id="r", node="s", index=i, token_ids=(1,)) for i in range(2)]
         >>> [c.advantage for c in assign_credit(ts, {"r/s#0": 1.0, "r/s#1": 0.0}, scheme="grpo")]
         [0.5, -0.5]
@@ -355,7 +355,7 @@ class SetInfo(NamedTuple):
 def is_hard(answers: Sequence[str | None], reference: str) -> bool:
     """True when the set's majority answer (equivalence-clustered) is wrong or missing.
 
-    Example:
+    Examples:
         >>> is_hard(["1/2", "0.5", "3"], "1/2"), is_hard(["3", "3", "0.5"], "1/2")
         (False, True)
     """
@@ -377,7 +377,7 @@ def agglm_select(
     (a ``random.Random`` or a seed); the paper keeps 50%. ``sets`` holds ``(answers, reference)``
     pairs (:class:`SetInfo`), or, when ``reference`` is given, the answers of sets of one problem.
 
-    Example:
+    Examples:
         >>> agglm_select([(["3", "3"], "4"), (["4", "4"], "4"), (["4", "5", "4"], "4")], rng=1)
         [0, 1]
     """

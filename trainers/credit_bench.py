@@ -19,7 +19,7 @@ def synthetic_spiral_records(
 ) -> tuple[list[Trace], dict[str, float]]:
     """Traces (``token_ids=(1, 2, 3)``) and rewards of ``prompts`` SPIRAL runs, reproducible from ``seed``.
 
-    Example:
+    Examples:
         >>> traces, rewards = synthetic_spiral_records(prompts=2)
         >>> len(traces), len(rewards), traces[-1].node, len(traces[-1].inputs)
         (48, 48, 'aggregate', 4)

@@ -75,7 +75,7 @@ EngineFactory = Callable[..., sf.Backend]
 class RolloutCluster:
     """Where and how the rollouts of a distributed training run (see the module docstring).
 
-    Example:
+    Examples:
         >>> RolloutCluster(workers=2, max_lag=1).engine
         'transformers'
     """
@@ -121,7 +121,7 @@ class EngineRecipe:
 
     In this process it only declares capabilities; calling it raises.
 
-    Example:
+    Examples:
         >>> EngineRecipe("transformers", "/models/pocket", {}).capabilities.supports_n
         True
     """
@@ -156,7 +156,7 @@ def build_engine(engine: str | EngineFactory, model_dir: str, options: Mapping[s
 class RolloutWorker(RowWorker):
     """A row worker whose engine takes new weights (a Ray actor; internal): :meth:`sync` after each update.
 
-    Example:
+    Examples:
         >>> RolloutWorker.__mro__[1].__name__
         'RowWorker'
     """
@@ -331,7 +331,7 @@ async def _started(job: ClusterJob) -> None:
 class Sync:
     """The policy's latest weights in Ray's object store, and their trip to every live worker.
 
-    Example:
+    Examples:
         >>> Sync.__name__
         'Sync'
     """

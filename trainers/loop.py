@@ -53,7 +53,7 @@ _Row = TypeVar("_Row")
 class LoopConfig:
     """How a training loop samples, credits and logs (the optimiser's settings live in the policy's config).
 
-    Example:
+    Examples:
         >>> LoopConfig(steps=10, scheme="grpo").problems_per_step
         8
     """
@@ -88,7 +88,7 @@ class LoopConfig:
 def batches(rows: Sequence[_Row], size: int, seed: int) -> Iterator[list[_Row]]:
     """Endless batches of ``size`` rows: a seeded shuffle, then the next shuffle when it runs out.
 
-    Example:
+    Examples:
         >>> it = batches([{"i": i} for i in range(3)], 2, seed=0)
         >>> [len(next(it)) for _ in range(3)]
         [2, 2, 2]
@@ -111,7 +111,7 @@ def batches(rows: Sequence[_Row], size: int, seed: int) -> Iterator[list[_Row]]:
 def rollout_seed(config: LoopConfig, step: int) -> int:
     """The seed of step ``step``'s rollouts (row ``i`` of the step runs with this plus ``i``).
 
-    Example:
+    Examples:
         >>> rollout_seed(LoopConfig(seed=1), 2)
         1000005
     """
@@ -187,7 +187,7 @@ def train_step(
     rewards still shape the others' advantages, but they are too stale to train on
     (``extra["stale_dropped"]`` counts them).
 
-    Example:
+    Examples:
         >>> metrics, items = train_step(policy, [RewardedRun(traces, rewards, "4")], LoopConfig())  # doctest: +SKIP
     """
     items = credit_runs(runs, config, rng=rng)
@@ -229,7 +229,7 @@ def train_online(
     each with its own engine that gets the new weights after every update, optionally with rollouts
     up to ``cluster.max_lag`` versions ahead (see :mod:`trainers.distributed`); the steps are the same.
 
-    Example:
+    Examples:
         >>> from trainers import Policy, train_online  # doctest: +SKIP
         >>> policy = Policy("path/to/pocket")  # doctest: +SKIP
         >>> train_online(policy, graphs.spiral.build(), rows, LoopConfig(steps=20))  # doctest: +SKIP
@@ -306,7 +306,7 @@ def train_offline(
     batches of ``problems_per_step`` runs (each one :func:`train_step`). Traces must carry token
     ids and logprobs (record them with ``logprobs=True`` on the nodes to train).
 
-    Example:
+    Examples:
         >>> train_offline(policy, "runs.db", LoopConfig(steps=5), answers=answers, graph="spiral")  # doctest: +SKIP
     """
     config = config or LoopConfig()

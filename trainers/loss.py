@@ -101,7 +101,7 @@ def policy_loss(
 def k3(ref_logprobs_BT: torch.Tensor, new_logprobs_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
     """Schulman's k3 estimate of KL(new || ref) per token: ``exp(ref - new) - (ref - new) - 1`` (0 where masked).
 
-    Example:
+    Examples:
         >>> import torch
         >>> k3(torch.tensor([[-1.0]]), torch.tensor([[-1.0]]), torch.tensor([[1.0]])).item()
         0.0

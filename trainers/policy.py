@@ -139,7 +139,7 @@ class Policy:
     tokenizer, ``reference`` the frozen starting model (only when ``config.kl_coef > 0``),
     ``steps_done`` the optimiser steps taken.
 
-    Example:
+    Examples:
         >>> policy = Policy("path/to/pocket", PolicyConfig(lr=1e-4, lora=LoraSettings()))  # doctest: +SKIP
         >>> metrics = policy.step(credited)  # doctest: +SKIP
     """

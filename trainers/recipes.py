@@ -22,7 +22,7 @@ which traces get a gradient:
 Aggregations are sampled at ``aggregate_temperature`` (``None``: the loop's temperature), so
 that the aggregations of one set can disagree and their set-relative advantages are not all 0.
 
-Example:
+Examples:
     >>> r = recipe("spiral")
     >>> r.graph.count_calls(), r.loop_options["scheme"]
     ({'solver': 24}, 'spiral')

@@ -19,7 +19,7 @@ RewardFn = Callable[[Trace, str], float]
 def math_reward(trace: Trace, answer: str) -> float:
     """1.0 when the trace's extracted answer is mathematically equivalent to ``answer``, else 0.0.
 
-    Example:
+    Examples:
         >>> t = Trace(id="r/s#0", run_id="r", node="s", index=0, answer="0.5")
         >>> math_reward(t, "1/2"), math_reward(t, "2")
         (1.0, 0.0)
@@ -35,7 +35,7 @@ def rewards_from(
     ``answer`` is the reference of every trace, or a mapping run id → reference when the traces
     come from runs of different problems (a run missing from the mapping raises ``KeyError``).
 
-    Example:
+    Examples:
         >>> ts = [Trace(id=f"r/s#{i}", run_id="r", node="s", index=i, answer=a) for i, a in enumerate(["4", "5"])]
         >>> rewards_from(ts, "4")
         {'r/s#0': 1.0, 'r/s#1': 0.0}

@@ -26,7 +26,7 @@ ROLES = ("single", "search", "aggregate")
 class RewardedRun(NamedTuple):
     """One recorded run ready for credit assignment: its traces, their rewards, the reference answer.
 
-    Example:
+    Examples:
         >>> t = Trace(id="r/s#0", run_id="r", node="s", index=0, answer="4")
         >>> RewardedRun([t], {"r/s#0": 1.0}, "4").rewards
         {'r/s#0': 1.0}
@@ -44,7 +44,7 @@ class RewardedRun(NamedTuple):
 class Credited:
     """One recorded model trace with the advantage credit assignment gave it: one training sequence.
 
-    Example:
+    Examples:
         >>> t = Trace(id="r/s#0", run_id="r", node="s", index=0, token_ids=(5, 6), logprobs=(-0.1, -0.2))
         >>> Credited(t, advantage=0.5, role="search").advantage
         0.5

@@ -40,7 +40,7 @@ UpdateKind = Literal["full", "lora"]
 class WeightUpdate:
     """The policy's weights at one version, as sent to rollout engines (built by :func:`weight_update`).
 
-    Example:
+    Examples:
         >>> WeightUpdate(version=3, kind="full", tensors={}).version
         3
     """
@@ -64,7 +64,7 @@ def weight_update(policy: Policy, kind: UpdateKind | Literal["auto"] = "auto") -
 
     ``"auto"`` sends the adapter of a LoRA policy and every weight otherwise; ``"lora"`` needs a LoRA policy.
 
-    Example:
+    Examples:
         >>> weight_update(policy).kind  # doctest: +SKIP
         'full'
     """
@@ -105,7 +105,7 @@ def apply_update(engine: Any, update: WeightUpdate, base: LoraBase) -> int:
 class LoraBase:
     """The base weights of the layers a LoRA adapter changes, read once from the model directory.
 
-    Example:
+    Examples:
         >>> LoraBase("/models/pocket").model_dir
         '/models/pocket'
     """
@@ -148,7 +148,7 @@ def rollout_version(trace: Trace) -> int | None:
 
     ``None`` when its engine did not report one (or a label is not a number).
 
-    Example:
+    Examples:
         >>> t = Trace(id="r/s#0", run_id="r", node="s", index=0, metadata={"weight_versions": [["4", 0, 9]]})
         >>> rollout_version(t)
         4

@@ -39,7 +39,7 @@ class Capabilities:
 class Backend(Protocol):
     """Anything with ``capabilities`` and an async ``complete(request)``.
 
-    Example:
+    Examples:
         >>> class Echo:
         ...     capabilities = Capabilities()
         ...     async def complete(self, request):
@@ -74,7 +74,7 @@ async def stream_completions(backend: Backend, request: Request) -> AsyncIterato
     """Stream ``request`` from any backend: its own ``stream`` when it declares ``streams``, else
     ``complete`` seen as one delta per choice (the whole text) followed by ``Finished``.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from scaffold.testing import ScriptedBackend
         >>> async def main():

@@ -29,7 +29,7 @@ class Choice:
 def split(total: int, parts: int) -> list[int]:
     """``total`` split into ``parts`` near-equal integers that sum to it (the first ones take the remainder).
 
-    Example:
+    Examples:
         >>> split(7, 3)
         [3, 2, 2]
     """
@@ -57,7 +57,7 @@ def completions_from(
 ) -> list[Completion]:
     """The completions of one answer; ``prices`` (dollars per input and output token) ``None``: cost unknown.
 
-    Example:
+    Examples:
         >>> done = completions_from([Choice("a", (1, 2)), Choice("b", (3,))], prompt_tokens=5, completion_tokens=3,
         ...                         model="m", prices=(1.0, 2.0), logprobs=False)
         >>> [(c.usage.prompt_tokens, c.usage.completion_tokens, c.cost) for c in done]

@@ -52,7 +52,7 @@ class RetrySettings(BaseModel):
 class ModelEntry(BaseModel):
     """What one alias of a model registry may say (TOML ``[models.ALIAS]``, YAML, or a server config).
 
-    Example:
+    Examples:
         >>> entry = ModelEntry.parse("judge", {"model": "hosted_vllm/x", "max_in_flight": 4})
         >>> entry.backend_kind, entry.max_in_flight
         ('openai', 4)

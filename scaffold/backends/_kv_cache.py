@@ -27,7 +27,7 @@ def decoding_cache(model: Any, capacity: int) -> DynamicCache:
 
     Pass it to every forward call of the decoding loop with :func:`cache_argument` (it is updated in place).
 
-    Example:
+    Examples:
         >>> cache = decoding_cache(model, prompt_width + max_new_tokens)  # doctest: +SKIP
         >>> out = model(input_ids=ids, use_cache=True, **cache_argument(model, cache))  # doctest: +SKIP
     """

@@ -68,7 +68,7 @@ class LiteLLMBackend:
     servers (``hosted_vllm/NAME``, anything with an ``api_base``); building this class, or the spec
     ``litellm:NAME``, keeps litellm.
 
-    Example:
+    Examples:
         >>> backend = LiteLLMBackend("hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1")
         >>> backend.capabilities.supports_n, backend.capabilities.returns_token_ids
         (True, True)

@@ -78,7 +78,7 @@ class Model:
             :class:`scaffold.testing.VirtualClock` to run them in virtual time; a ``throttle`` given keeps
             its own clock.
 
-    Example:
+    Examples:
         >>> from scaffold.testing import ScriptedBackend
         >>> solver = Model(ScriptedBackend(lambda r: "\\boxed{4}"), max_in_flight=8, requests_per_minute=600)
         >>> solver.limit.limit, solver.rpm.per_minute
@@ -210,7 +210,7 @@ class Model:
         that fails before its first item is retried under the same policy (and ``timeout`` bounds the wait
         for that first item); once text has been handed on, a failure is raised as it is, with ``attempts``.
 
-        Example:
+        Examples:
             >>> import asyncio
             >>> from scaffold.testing import ScriptedBackend
             >>> async def deltas():
@@ -288,7 +288,7 @@ class Model:
 def resolve_model(spec: Model | Backend | str | Any, alias: str) -> Model:
     """Turn what a user bound to ``alias`` into a :class:`Model`.
 
-    Example:
+    Examples:
         >>> from scaffold.testing import ScriptedBackend
         >>> resolve_model(ScriptedBackend(lambda r: "hi"), "solver").backend.calls
         0

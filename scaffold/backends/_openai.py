@@ -73,7 +73,7 @@ class OpenAIBackend:
         timeout: seconds without a byte from the server before an attempt fails (``Model`` has its own).
         max_connections: open connections per event loop (``Model.max_in_flight`` limits requests).
 
-    Example:
+    Examples:
         >>> backend = OpenAIBackend("tiny", base_url="http://127.0.0.1:8000/v1")
         >>> backend.capabilities.supports_n, backend.capabilities.streams, backend
         (True, True, OpenAIBackend('tiny', base_url='http://127.0.0.1:8000/v1'))

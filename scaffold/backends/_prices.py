@@ -27,7 +27,7 @@ def price_per_token(model: str) -> tuple[float, float] | None:
 
     A name with a provider prefix is looked up as given, then (for ``openai/``) without it.
 
-    Example:
+    Examples:
         >>> price_per_token("scaffold-unknown-model") is None
         True
     """

@@ -63,7 +63,7 @@ def backend_from_spec(spec: str, **options: Any) -> Backend:
     """Build a backend from a string: ``"kind:model"`` (see :data:`BACKENDS`), or a model name whose
     backend :func:`default_kind` chooses. Credentials (``api_key``, secret ``extra_headers``) may be options.
 
-    Example:
+    Examples:
         >>> backend_from_spec("hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1")
         OpenAIBackend('tiny', base_url='http://127.0.0.1:8000/v1')
         >>> type(backend_from_spec("litellm:hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1")).__name__
@@ -78,7 +78,7 @@ def backend_from_spec(spec: str, **options: Any) -> Backend:
 def default_kind(model: str, api_base: str | None) -> str:
     """``"openai"`` or ``"litellm"``: the backend a model name gets without a ``kind:`` prefix (module docstring).
 
-    Example:
+    Examples:
         >>> default_kind("hosted_vllm/pocket", None), default_kind("openai/gpt-4o-mini", None)
         ('openai', 'litellm')
         >>> default_kind("openai/gpt-4o-mini", "http://127.0.0.1:8000/v1"), default_kind("pocket", "http://x/v1")
@@ -186,7 +186,7 @@ def load_models(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Mo
     The result goes straight into ``graph.run(..., models=...)``; reuse it across runs so
     limits are shared.
 
-    Example:
+    Examples:
         >>> models = load_models({"models": {"judge": {"model": "hosted_vllm/tiny", "max_in_flight": 4,
         ...                                             "api_base": "http://127.0.0.1:8000/v1"}}})
         >>> models["judge"].limit.limit

@@ -31,7 +31,7 @@ class Retry:
     up to 10% of jitter: the provider knows better than a guess, and the model's shared
     :class:`~scaffold._limits.Throttle` spreads the retries out.
 
-    Example:
+    Examples:
         >>> Retry(attempts=3, initial_delay=1.0, jitter=0.0).delay(2, BackendError("x", retryable=True))
         2.0
         >>> Retry.never().attempts
@@ -90,7 +90,7 @@ def retry_after_from_headers(headers: Mapping[str, Any] | Any) -> float | None:
     ``headers`` is any mapping of header names to values (case does not matter); a value that is
     not a finite, non-negative wait is ignored.
 
-    Example:
+    Examples:
         >>> retry_after_from_headers({"Retry-After": "2", "retry-after-ms": "1500"})
         1.5
         >>> retry_after_from_headers({"retry-after": "soon"}) is None

@@ -16,7 +16,7 @@ __all__ = ["StreamAssembler"]
 class StreamAssembler:
     """Collects the pieces of ``n`` streamed choices.
 
-    Example:
+    Examples:
         >>> parts = StreamAssembler(1)
         >>> parts.add(0, "so ", (7,))
         Delta(choice=0, text='so ', token_ids=(7,), logprobs=None)

@@ -172,7 +172,7 @@ class TransformersBackend:
     between calls (generation runs in eval mode under ``no_grad`` and restores training mode after).
     ``batches``, ``sequences`` and ``peak_batch_size`` count the batches run so far.
 
-    Example:
+    Examples:
         >>> from scaffold.testing import build_tiny_model
         >>> backend = TransformersBackend(build_tiny_model("/tmp/tiny-model"))  # doctest: +SKIP
         >>> graph.run_sync({"problem": "2+2"}, models={"solver": backend})  # doctest: +SKIP

@@ -111,7 +111,7 @@ class VLLMBackend:
     name, or ``None`` for the base model; default: :attr:`active_lora`). Unknown parameters and
     values vLLM rejects raise a non-retryable :class:`~scaffold._errors.BackendError`.
 
-    Example:
+    Examples:
         >>> backend = VLLMBackend("/tmp/tiny-model", max_model_len=512)  # doctest: +SKIP
         >>> result = graph.run_sync({"problem": "2+2"}, models={"solver": backend})  # doctest: +SKIP
         >>> backend.update_weights(policy.state_dict())  # doctest: +SKIP

@@ -62,7 +62,7 @@ class VLLMServer:
     explicitly wins. The server's output goes to ``log_path`` (default: a new temporary file).
     :meth:`start` waits up to ``startup_timeout`` seconds for ``/health``.
 
-    Example:
+    Examples:
         >>> with VLLMServer("/tmp/tiny-model", max_model_len=512) as server:  # doctest: +SKIP
         ...     backend = OpenAIBackend(server.model_name, base_url=server.base_url)
     """

@@ -8,7 +8,7 @@ workers (:mod:`scaffold.cluster._limits`), every worker records into the job's o
 rows finish elsewhere without sending a recorded call again. :class:`EnginePool` serves a local
 model from several replicas. Needs ``pip install 'scaffold[cluster]'`` (Ray).
 
-Example:
+Examples:
     >>> from scaffold.cluster import Cluster
     >>> Cluster(workers=2).workers
     2

@@ -27,7 +27,7 @@ class Cluster:
         max_restarts: workers started in place of ones that died, over the whole job.
         runtime_env: Ray's ``runtime_env`` for the workers (``env_vars``, ``working_dir``...).
 
-    Example:
+    Examples:
         >>> cluster = Cluster(workers=4, concurrency=32)
         >>> cluster.workers, cluster.address
         (4, None)

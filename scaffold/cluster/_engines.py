@@ -62,7 +62,7 @@ def pick_replica(in_flight: Sequence[int | None], served: Sequence[int], sticky:
 
     ``in_flight[i]`` is ``None`` for a replica that may not take the request (dropped, or already failed it).
 
-    Example:
+    Examples:
         >>> pick_replica([3, 2], [0, 0], sticky=0)  # one more in flight than replica 1: stay
         0
         >>> pick_replica([4, 2], [0, 0], sticky=0)  # two more: move
@@ -85,7 +85,7 @@ class EngineReplica:
 
     The pool runs it as an async Ray actor; in-process it is a thin async wrapper of the backend.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> replica = EngineReplica("hosted_vllm/tiny", {"api_base": "http://127.0.0.1:8000/v1"})
         >>> asyncio.run(replica.capabilities()).supports_n
@@ -114,7 +114,7 @@ class EngineReplica:
 class ReplicaStats:
     """What one replica of a pool has done, as this pool object counted it.
 
-    Example:
+    Examples:
         >>> ReplicaStats(index=0, alive=True, served=12, in_flight=1, restarts=1, failed_over=2).served
         12
     """
@@ -169,7 +169,7 @@ class EnginePool:
     actor share one replacement (actors are named by replica and generation). ``close()`` on any copy
     ends every replica.
 
-    Example:
+    Examples:
         >>> import ray, scaffold as sf
         >>> ray.init()  # doctest: +SKIP
         >>> with EnginePool("transformers:/models/pocket", replicas=2) as pool:  # doctest: +SKIP

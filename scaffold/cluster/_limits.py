@@ -45,7 +45,7 @@ class LimitSpec:
     """One shared limit: ``kind`` is ``"in_flight"`` (``value`` places), ``"rate"`` (``value`` units
     a minute, ``burst`` units at once) or ``"budget"`` (``value`` tokens, ``cost`` dollars).
 
-    Example:
+    Examples:
         >>> LimitSpec("in_flight", 8).kind
         'in_flight'
     """
@@ -82,7 +82,7 @@ class _Places:
 class LimitsCoordinator:
     """The one owner of a job's shared limits (run as a Ray actor; internal).
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> owner = LimitsCoordinator({"m:in_flight": LimitSpec("in_flight", 2)})
         >>> asyncio.run(owner.lease("m:in_flight", worker=0, wanted=5))
@@ -174,7 +174,7 @@ class LeasedPlaces:
     Used on the worker's one event loop. ``acquire`` takes a leased place, asking the coordinator for
     one only when every leased place is taken.
 
-    Example:
+    Examples:
         >>> LeasedPlaces.__mro__[0].__name__
         'LeasedPlaces'
     """
@@ -264,7 +264,7 @@ class LeasedPlaces:
 class LeasedRate:
     """A worker's side of a cluster-wide rate (stands in for :class:`~scaffold.RateLimit`).
 
-    Example:
+    Examples:
         >>> LeasedRate.__mro__[0].__name__
         'LeasedRate'
     """
@@ -356,7 +356,7 @@ class LeasedRate:
 class LeasedBudget:
     """A worker's side of a cluster-wide :class:`~scaffold.Budget` (booked asynchronously, in chunks).
 
-    Example:
+    Examples:
         >>> LeasedBudget.__mro__[0].__name__
         'LeasedBudget'
     """

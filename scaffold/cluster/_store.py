@@ -28,7 +28,7 @@ def store_plan(store: Store | None, nodes: int) -> tuple[str, Any]:
     """How workers reach ``store`` on a cluster of ``nodes`` machines: ``("none", None)``,
     ``("url", URL)`` (they open it) or ``("writer", PATH)`` (through one writer actor here).
 
-    Example:
+    Examples:
         >>> store_plan(None, 3)
         ('none', None)
     """
@@ -47,7 +47,7 @@ def store_plan(store: Store | None, nodes: int) -> tuple[str, Any]:
 class StoreWriter:
     """The one process writing a job's SQLite store (run as a Ray actor on the caller's machine; internal).
 
-    Example:
+    Examples:
         >>> StoreWriter.__mro__[0].__name__
         'StoreWriter'
     """
@@ -120,7 +120,7 @@ class RemoteStore:
 
     It has the part of :class:`~scaffold.Store` that ``Graph.run`` uses: ``recorder`` and ``replay_for``.
 
-    Example:
+    Examples:
         >>> RemoteStore.__mro__[0].__name__
         'RemoteStore'
     """

@@ -102,7 +102,7 @@ def plan_models(models: Mapping[str, Model]) -> tuple[dict[str, ModelRecipe], di
 class RowWorker:
     """One worker of a cluster job: runs rows with the async executor (a Ray actor; internal).
 
-    Example:
+    Examples:
         >>> RowWorker.__mro__[0].__name__
         'RowWorker'
     """

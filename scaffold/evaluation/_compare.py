@@ -31,7 +31,7 @@ COLUMNS = ("evaluation", "topology", "problems", "accuracy", "accuracy_low", "ac
 def comparison_rows(reports: Sequence[EvalReport]) -> list[dict[str, Any]]:
     """One row per report, sorted by tokens per problem (cheapest first); unknown figures are ``None``.
 
-    Example:
+    Examples:
         >>> comparison_rows([])
         []
     """
@@ -81,7 +81,7 @@ HEADER = ("evaluation", "topology", "problems", "accuracy [95% CI]", "pass@1", "
 def to_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """A Markdown table of :func:`comparison_rows`.
 
-    Example:
+    Examples:
         >>> print(to_markdown([]).splitlines()[1])
         |---|---|---|---|---|---|---|---|---|---|
     """

@@ -76,7 +76,7 @@ def evaluate(graph: Graph, rows: Sequence[Mapping[str, Any]], models: Mapping[st
     defaults to the graph's name and parameters. Other keyword arguments go to
     :meth:`Graph.map` (``concurrency``, ``seed``, ``progress``, ``budget``, ``call_timeout``...).
 
-    Example:
+    Examples:
         >>> import scaffold as sf, tempfile, os
         >>> from scaffold.testing import ScriptedBackend
         >>> from scaffold.evaluation import evaluate

@@ -47,7 +47,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
     The probability that a random ``k``-subset of the ``n`` samples holds at least one correct one.
 
-    Example:
+    Examples:
         >>> round(pass_at_k(10, 3, 1), 6), round(pass_at_k(4, 2, 2), 6)  # 3/10 and 1 - 1/6
         (0.3, 0.833333)
     """
@@ -69,7 +69,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def mean_pass_at_k(correct_counts: Sequence[tuple[int, int]], k: int) -> float:
     """Mean pass@k over problems, each given as ``(samples, correct)``.
 
-    Example:
+    Examples:
         >>> round(mean_pass_at_k([(4, 0), (4, 4), (4, 2)], 2), 6)  # (0 + 1 + 5/6) / 3
         0.611111
     """
@@ -81,7 +81,7 @@ def mean_pass_at_k(correct_counts: Sequence[tuple[int, int]], k: int) -> float:
 def pass_at_k_curve(correct_counts: Sequence[tuple[int, int]], ks: Sequence[int]) -> dict[int, float]:
     """Mean pass@k for each ``k`` in ``ks`` (in the order given), for a pass@k curve.
 
-    Example:
+    Examples:
         >>> pass_at_k_curve([(4, 1), (4, 0)], [1, 2, 4])
         {1: 0.125, 2: 0.25, 4: 0.5}
     """
@@ -131,7 +131,7 @@ def majority_at_k(
     is a sample without an answer: it fills a slot but votes for nothing. A subset with no
     answer at all counts as wrong.
 
-    Example:
+    Examples:
         >>> majority_at_k(["1/2", "3", "0.5", "3", "3"], "0.5", 3)
         1.0
         >>> majority_at_k(["1/2", "3", "0.5", "3", "3"], "0.5", 5)
@@ -186,7 +186,7 @@ def bootstrap_ci(
     resample draws as many problems with replacement, from ``random.Random(seed)``, so the
     interval is reproducible.
 
-    Example:
+    Examples:
         >>> estimate, low, high = bootstrap_ci([1, 0, 1, 1, 0, 1, 1, 0], resamples=500)
         >>> estimate, low <= estimate <= high
         (0.625, True)
@@ -219,7 +219,7 @@ def seeds_bootstrap_ci(
     one run it is :func:`bootstrap_ci` over problems. For a paired difference between two
     methods, pass the differences ``a[r][p] - b[r][p]``.
 
-    Example:
+    Examples:
         >>> mean, low, high = seeds_bootstrap_ci([[1, 0, 1, 1], [1, 1, 0, 1]], resamples=500)
         >>> mean, low <= mean <= high
         (0.75, True)
@@ -296,7 +296,7 @@ def majority_cluster_gain(
     solutions instead, use shares ``size / N`` and edges ``[0, 1/N, 2/N, …, 1]``: bin ``i`` then
     holds the clusters of size ``i + 1``.
 
-    Example:
+    Examples:
         >>> bins = majority_cluster_gain([(0.25, False, True), (0.5, True, True), (1.0, True, True)], [0, 0.5, 1])
         >>> [(b.problems, b.majority_accuracy, b.aggregator_accuracy, b.gain) for b in bins]
         [(2, 0.5, 1.0, 0.5), (1, 1.0, 1.0, 0.0)]

@@ -68,7 +68,7 @@ def budget_points(reports: Iterable[EvalReport], x: BudgetAxis = "tokens") -> di
     is raised when no report has one. A report whose budget is not a number (no run ever ran)
     is left out. Topologies keep the order in which they first appear in ``reports``.
 
-    Example:
+    Examples:
         >>> from scaffold.evaluation import Estimate, EvalReport
         >>> def made(name, n, tokens, accuracy):
         ...     return EvalReport(name=name, graph="self_consistency", dataset=None, settings={"params": {"n": n}},
@@ -120,7 +120,7 @@ def _varying_labels(points: list[BudgetPoint], params: Mapping[str, dict[str, An
 def point_label(report: EvalReport) -> str:
     """``report``'s parameters as ``key=value`` pairs (long values such as prompts left out), else its name.
 
-    Example:
+    Examples:
         >>> from scaffold.evaluation import Estimate, EvalReport
         >>> e = Estimate(0.5, 0.4, 0.6)
         >>> report = EvalReport(name="rsa-small", graph="rsa", dataset=None,
@@ -180,7 +180,7 @@ def plot_budget(reports: Iterable[EvalReport], path: str | Path, *, x: BudgetAxi
     :func:`budget_points`); the x axis is logarithmic unless some budget is zero. Parent folders
     of ``path`` are created.
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> from scaffold.evaluation import Estimate, EvalReport
         >>> def made(name, n, tokens):
@@ -228,7 +228,7 @@ def plot_pass_at_k(reports: Iterable[EvalReport], path: str | Path, *, title: st
     ``final_accuracy`` the accuracy of the topology's final answer is a dotted horizontal line
     in the same colour. Raises :class:`~scaffold._errors.EvaluationError` when no report has pass@k.
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> from scaffold.evaluation import Estimate, EvalReport
         >>> curve = {1: Estimate(0.3, 0.2, 0.4), 2: Estimate(0.5, 0.4, 0.6), 4: Estimate(0.7, 0.6, 0.8)}
@@ -287,7 +287,7 @@ def plot_majority_gain(reports: Iterable[EvalReport], path: str | Path, *, title
     aggregation calls, and an empty bin leaves a gap. Raises
     :class:`~scaffold._errors.EvaluationError` when no report has any aggregation call.
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> from scaffold.evaluation import Estimate, EvalReport, majority_cluster_gain
         >>> bins = tuple(majority_cluster_gain([(0.5, False, True), (0.5, True, True), (1.0, True, True)]))
@@ -336,7 +336,7 @@ def _gain_panel(axes: Axes, name: str, bins: Sequence[GainBin]) -> None:
 def gain_bin_label(gain_bin: GainBin, *, first: bool = False) -> str:
     """A bin's interval as text: right-closed, and closed on both sides for the first bin.
 
-    Example:
+    Examples:
         >>> from scaffold.evaluation import GainBin
         >>> gain_bin_label(GainBin(0.25, 0.5, 3, 0.5, 1.0))
         '(0.25, 0.5]'
@@ -353,7 +353,7 @@ def write_plots(reports: Iterable[EvalReport], out_dir: str | Path) -> list[Path
     ``pass_at_k.png`` when some report has pass@k values and ``majority_gain.png`` when some
     report has aggregation calls.
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> from scaffold.evaluation import Estimate, EvalReport
         >>> e = Estimate(0.5, 0.4, 0.6)

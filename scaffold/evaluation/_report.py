@@ -173,7 +173,7 @@ def load_report(store: Store, name: str, *, ks: Sequence[int] | None = None, sam
     ``ks`` are the pass@k / majority@k sizes (default 1, 2, 4, … up to the samples node's
     size); ``samples_node`` overrides which node's traces they count.
 
-    Example:
+    Examples:
         >>> import scaffold as sf, tempfile, os
         >>> from scaffold.testing import ScriptedBackend
         >>> from scaffold.evaluation import evaluate, load_report

@@ -44,7 +44,7 @@ def pocket_model(
     :attr:`PocketConfig.portable`); later calls return at once.
     ``rebuild=True`` trains it again and replaces the cached copy.
 
-    Example:
+    Examples:
         >>> import scaffold as sf
         >>> from scaffold.pocket import pocket_model
         >>> backend = sf.TransformersBackend(pocket_model())  # doctest: +SKIP
@@ -82,7 +82,7 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
 def pocket_task(path: str | os.PathLike[str]) -> PocketTask:
     """The task a pocket model directory was trained on (its digits and terms, from ``scaffold.json``).
 
-    Example:
+    Examples:
         >>> pocket_task(pocket_model()).name  # doctest: +SKIP
         '3x3'
     """

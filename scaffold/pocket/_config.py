@@ -39,7 +39,7 @@ class PocketConfig:
        selection never read; when it misses the regime there (or nothing was eligible), the build
        trains afresh (see ``attempts``).
 
-    Example:
+    Examples:
         >>> PocketConfig(hidden_size=64, max_steps=300).task.name
         '3x3'
     """
@@ -134,7 +134,7 @@ class PocketConfig:
     def from_dict(cls, data: dict[str, Any]) -> PocketConfig:
         """The config ``dataclasses.asdict`` wrote (``scaffold.json`` holds one); unknown keys are an error.
 
-        Example:
+        Examples:
             >>> from dataclasses import asdict
             >>> PocketConfig.from_dict(asdict(PocketConfig(seed=3))) == PocketConfig(seed=3)
             True
@@ -200,7 +200,7 @@ class BuildReport:
     def from_dict(cls, data: dict[str, Any]) -> BuildReport:
         """The report a build saved as ``pocket_report.json`` (lists turned back into tuples).
 
-        Example:
+        Examples:
             >>> from dataclasses import asdict
             >>> r = BuildReport(build_seconds=1, train_seconds=1, steps=2, params=3, pass1=0.4, pass8=0.9,
             ...                 maj8=0.5, maj4=0.4, agg4=0.6, checks=((1, 0.5),), selection=((1, {"pass1": 0.4}),))

@@ -95,7 +95,7 @@ def score_pocket(
     ``k``, ``rsa_steps`` steps at ``temperature``, final vote) started from those same samples.
     Runs scaffold graphs on a :class:`~scaffold.TransformersBackend`, nothing recorded.
 
-    Example:
+    Examples:
         >>> rows = PocketTask().problems(200, seed=0, split="test")  # doctest: +SKIP
         >>> score_pocket(pocket_model(), rows, rsa_steps=2).means()["rsa"]  # doctest: +SKIP
         0.8
@@ -160,7 +160,7 @@ def evaluate_pocket(
     ``agg{k}``, ``answered`` (share of samples with a boxed answer); and speeds:
     ``samples_per_second``, ``aggregations_per_second``.
 
-    Example:
+    Examples:
         >>> rows = PocketTask().problems(200, seed=0, split="test")  # doctest: +SKIP
         >>> evaluate_pocket(pocket_model(), rows)["pass1"]  # doctest: +SKIP
         0.41
@@ -179,7 +179,7 @@ def problem_scores(references: Sequence[str], samples: Sequence[Sequence[str | N
     """Per problem ``i``: its sampled answers ``samples[i]`` and the answers ``merged[i]`` of its aggregations
     of their consecutive groups of ``k`` scored against ``references[i]`` (see :func:`score_pocket`).
 
-    Example:
+    Examples:
         >>> s = problem_scores(["4", "7"], [["4", "5", "5", "4"], ["1", "1", "7", "2"]], [["4"], ["1"]], k=4)
         >>> s["pass1"], s["pass4"], s["maj4"], s["agg4"]
         ([0.5, 0.25], [1.0, 1.0], [1.0, 0.0], [1.0, 0.0])

@@ -24,7 +24,7 @@ Intel Xeon, both in the aggregation regime. :attr:`BuildReport.cpu` records wher
 It costs about 1.6x the training time of native arithmetic. On a CPU that is not x86-64 (an Arm
 Mac, say) the variables change nothing and the build is native there.
 
-Example:
+Examples:
     >>> sorted(PORTABLE_ENV)
     ['ATEN_CPU_CAPABILITY', 'MKL_CBWR']
 """
@@ -67,7 +67,7 @@ def cpu_name() -> str:
     """The processor this runs on, in words: vendor and model from ``/proc/cpuinfo``, else what
     :mod:`platform` knows (``""`` if nothing).
 
-    Example:
+    Examples:
         >>> isinstance(cpu_name(), str)
         True
     """

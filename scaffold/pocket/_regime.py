@@ -26,7 +26,7 @@ from typing import Any
 class Regime:
     """The criteria of the aggregation regime (fractions in [0, 1]).
 
-    Example:
+    Examples:
         >>> Regime().failures({"pass1": 0.4, "pass8": 0.9, "maj8": 0.5, "maj4": 0.45, "agg4": 0.6})
         []
         >>> Regime().failures({"pass1": 0.4, "pass8": 0.9, "maj8": 0.5, "maj4": 0.45, "agg4": 0.47})

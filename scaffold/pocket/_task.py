@@ -50,7 +50,7 @@ SOURCE = "pocket"
 def split_of(problem: str) -> Split:
     """The split a problem belongs to, decided by its text alone (stable across processes and machines).
 
-    Example:
+    Examples:
         >>> split_of("482+915+307") in ("train", "validation", "test")
         True
     """
@@ -92,7 +92,7 @@ class Column:
 class PocketTask:
     """Add ``terms`` numbers of exactly ``digits`` digits each; the difficulty knob is both numbers.
 
-    Example:
+    Examples:
         >>> task = PocketTask(digits=2, terms=2)
         >>> rows = task.problems(3, seed=0, split="test")
         >>> [sorted(row) for row in rows][0]
@@ -230,7 +230,7 @@ class PocketTask:
         made, not again in the lines that follow from it. Raises ``ValueError`` when ``problem``
         is not a problem of this task.
 
-        Example:
+        Examples:
             >>> task = PocketTask(digits=2, terms=2)
             >>> task.check_steps("47+85", task.solution("47+85"))
             1.0

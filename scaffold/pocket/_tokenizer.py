@@ -44,7 +44,7 @@ def build_tokenizer() -> Any:
     Ids: ``<|endoftext|>`` (padding) 0, ``<|im_start|>`` 1, ``<|im_end|>`` (end of sequence) 2,
     then the characters of :data:`ALPHABET` in order.
 
-    Example:
+    Examples:
         >>> tokenizer = build_tokenizer()
         >>> tokenizer.decode(tokenizer("1 + 2\\n")["input_ids"])
         '1 + 2\\n'

@@ -71,7 +71,7 @@ def build_pocket_model(
     with ``config.portable`` (the default) the build runs in a child process with pinned kernels
     (see :mod:`scaffold.pocket._portable`).
 
-    Example:
+    Examples:
         >>> report = build_pocket_model("/tmp/pocket", PocketConfig(max_steps=300))  # doctest: +SKIP
         >>> report.pass1, report.agg4  # doctest: +SKIP
     """

@@ -14,7 +14,7 @@ your own — over any backend, recorded in the store like every other run::
 - Endpoints: ``/v1/chat/completions``, ``/v1/completions`` (streamed or not), ``/v1/models``, ``/health``,
   ``/metrics`` (Prometheus). Errors are OpenAI's error JSON (:class:`ApiError`).
 
-Example:
+Examples:
     >>> from fastapi.testclient import TestClient
     >>> from scaffold.testing import ScriptedBackend
     >>> import scaffold as sf

@@ -263,7 +263,7 @@ def create_app(served: Mapping[str, ServedGraph], *, api_keys: Sequence[str] = (
     (:class:`~scaffold.serve.HttpLimits`; :class:`~scaffold.serve.ServeThread` and :func:`~scaffold.serve.serve`
     apply the server-level ones). With ``api_keys``, every endpoint but ``/health`` needs a key.
 
-    Example:
+    Examples:
         >>> from scaffold.serve import load_server
         >>> app = create_app(load_server({"served": {"m": {"topology": "single_sample",
         ...                                                 "models": {"solver": "hosted_vllm/x"}}}}, store="none"))

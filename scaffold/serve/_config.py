@@ -173,7 +173,7 @@ class ServerSettings(_Strict):
 class ServerConfig(_Strict):
     """A whole server config (see the module docstring for the file).
 
-    Example:
+    Examples:
         >>> config = ServerConfig.parse({"served": {"rsa-mini": {"topology": "rsa", "params": {"n": 4}}}})
         >>> config.served["rsa-mini"].params
         {'n': 4}

@@ -48,7 +48,7 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
 class ApiError(Exception):
     """An error answered to the client as OpenAI does.
 
-    Example:
+    Examples:
         >>> ApiError(404, "no model 'x'", code="model_not_found", param="model").body()["error"]["type"]
         'not_found_error'
     """

@@ -29,7 +29,7 @@ def default_hosts(bound: str) -> list[str]:
     """The ``Host`` names a server bound to ``bound`` accepts when not told: the loopback names when it is
     bound to loopback (nothing else can reach it honestly), any host otherwise.
 
-    Example:
+    Examples:
         >>> default_hosts("127.0.0.1"), default_hosts("0.0.0.0")
         (['localhost', '127.0.0.1', '::1'], ['*'])
     """
@@ -43,7 +43,7 @@ class HostCheck:
 
     Ports are ignored, names compared without case; an IPv6 address may come in brackets.
 
-    Example:
+    Examples:
         >>> check = HostCheck(["localhost", "*.example.com"])
         >>> check(b"localhost:8000"), check(b"api.example.com"), check(b"example.com"), check(b"evil.test")
         (True, True, False, False)

@@ -26,7 +26,7 @@ MiB = 1 << 20
 class HttpLimits:
     """What one client may cost the server: sizes, deadlines and connections.
 
-    Example:
+    Examples:
         >>> HttpLimits(max_body_bytes=1 << 20).head_timeout
         10.0
     """
@@ -51,7 +51,7 @@ class HttpLimits:
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (an address or ``localhost``) is reachable from this machine only.
 
-    Example:
+    Examples:
         >>> is_loopback("127.0.0.1"), is_loopback("::1"), is_loopback("0.0.0.0"), is_loopback("localhost")
         (True, True, False, True)
     """

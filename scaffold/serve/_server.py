@@ -36,7 +36,7 @@ def load_server(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], 
     ``server.store``, else ``$SCAFFOLD_STORE`` / ``./scaffold.db``). ``defaults`` binds aliases the config
     leaves unbound (``{None: spec}`` every alias, ``{alias: spec}`` one). Mistakes raise :class:`ConfigError`.
 
-    Example:
+    Examples:
         >>> served = load_server({"served": {"mini": {"topology": "self_consistency", "params": {"n": 4},
         ...                                            "models": {"solver": "hosted_vllm/x"}}}}, store="none")
         >>> served["mini"].graph.count_calls()

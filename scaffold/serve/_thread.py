@@ -13,7 +13,7 @@ class ServeThread:
     """Runs an ASGI app under uvicorn on 127.0.0.1 in a daemon thread (``port=0``: a free port), with the
     app's :class:`~scaffold.serve.HttpLimits` (``app.limits``) applied.
 
-    Example:
+    Examples:
         >>> from scaffold.serve import load_server, create_app
         >>> import json, urllib.request
         >>> app = create_app(load_server({"served": {"m": {"topology": "single_sample",

@@ -65,7 +65,7 @@ class BudgetRequest(BaseModel):
 class ScaffoldOptions(BaseModel):
     """The ``scaffold`` object of a request body.
 
-    Example:
+    Examples:
         >>> ScaffoldOptions.model_validate({"params": {"n": 4}, "progress": True}).params
         {'n': 4}
     """

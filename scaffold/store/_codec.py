@@ -97,7 +97,7 @@ long prompt is encoded in slices and the event loop's thread is not kept waiting
 def encode_messages(messages: Sequence[Sequence[str]]) -> str:
     """``json.dumps`` of the messages as lists (ASCII, the same text), long texts encoded slice by slice.
 
-    Example:
+    Examples:
         >>> encode_messages([("user", "a" * 300_000 + "\u00e9")]) == json.dumps([["user", "a" * 300_000 + "\u00e9"]])
         True
     """
@@ -110,7 +110,7 @@ def dumps(value: Any) -> str:
     """``json.dumps(value)``, with long texts encoded slice by slice (the store's JSON columns are written with
     it: a run whose inputs hold a long prompt does not keep other threads waiting while it is recorded).
 
-    Example:
+    Examples:
         >>> dumps({"problem": "x" * 300_000, "n": [1, None]}) == json.dumps({"problem": "x" * 300_000, "n": [1, None]})
         True
     """

@@ -79,7 +79,7 @@ def export(store: Store, path: str | os.PathLike[str], *, format: str | None = N
     a listed run id the store does not have raises :class:`~scaffold._errors.StoreError`.
     What is queued for writing is flushed first, so the export sees every finished run.
 
-    Example:
+    Examples:
         >>> import scaffold as sf, tempfile, os, json
         >>> from scaffold.testing import ScriptedBackend
         >>> from scaffold.store._export import export

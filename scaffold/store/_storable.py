@@ -125,7 +125,7 @@ class Columns:
 def diagnose(table: Table, row: Mapping[str, Any], dialect: str) -> str | None:
     """The first field of ``row`` that ``table`` on ``dialect`` cannot hold, described; ``None`` if none is seen.
 
-    Example:
+    Examples:
         >>> from scaffold.store._schema import RUNS
         >>> diagnose(RUNS, {"id": "r", "seed": 2**64}, "sqlite")
         'runs.seed = 18446744073709551616 is outside the column (BIGINT: -9223372036854775808 to 9223372036854775807)'

@@ -63,7 +63,7 @@ class Store:
     the writer; a killed process loses only what was not yet committed). The schema is
     created or upgraded on open. Writes go through one background thread in batches.
 
-    Example:
+    Examples:
         >>> import scaffold as sf, tempfile, os
         >>> from scaffold.testing import ScriptedBackend
         >>> @sf.graph

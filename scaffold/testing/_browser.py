@@ -22,7 +22,7 @@ def headless_chromium(*, width: int = 1600, height: int = 1000, flags: Sequence[
     """A Selenium WebDriver on headless Chromium (its console kept: ``driver.get_log("browser")``); ``flags``
     are added to Chromium's command line (``--host-resolver-rules=MAP name 127.0.0.1`` to test DNS names).
 
-    Example:
+    Examples:
         >>> from scaffold.testing import headless_chromium, open_page
         >>> with headless_chromium() as driver:  # doctest: +SKIP
         ...     open_page(driver, "http://127.0.0.1:8700/#/runs")
@@ -52,7 +52,7 @@ def headless_chromium(*, width: int = 1600, height: int = 1000, flags: Sequence[
 def open_page(driver: Any, url: str, timeout: float = 30.0) -> str:
     """Load a ``scaffold ui`` page and wait until it has drawn (``body[data-ready]``); returns which page it drew.
 
-    Example:
+    Examples:
         >>> open_page(driver, "http://127.0.0.1:8700/#/run/rsa-0")  # doctest: +SKIP
         'run'
     """

@@ -38,7 +38,7 @@ class VirtualClock:
         start: the time :meth:`now` reads at first.
         auto_advance: jump to the next wake-up whenever the sleeper's event loop is idle.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from scaffold import Model, Request
         >>> from scaffold.testing import ScriptedBackend

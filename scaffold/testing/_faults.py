@@ -27,7 +27,7 @@ FaultKind = Literal["rate_limit", "server_error", "slow", "malformed", "drop", "
 class Fault:
     """One injected failure; build it with the class methods.
 
-    Example:
+    Examples:
         >>> Fault.server_error(503).status, Fault.rate_limit(0.2).seconds
         (503, 0.2)
     """
@@ -79,7 +79,7 @@ class FaultPlan:
     ``allowed_rate`` requests per second (bursts of ``burst``) pass :meth:`take_rate_token`;
     ``None`` lets every request through.
 
-    Example:
+    Examples:
         >>> plan = FaultPlan(allowed_rate=None)
         >>> plan.inject(Fault.drop(), times=2)
         >>> [plan.next_fault(None, n) for n in range(3)]  # doctest: +ELLIPSIS
@@ -161,7 +161,7 @@ def random_faults(mix: Mapping[Fault, float] = SPORADIC_FAULTS, *, seed: int = 0
     ``mix`` (fault -> share of requests) or none, drawn independently of every other request and of
     the rate (seeded: the same arrival order gets the same faults).
 
-    Example:
+    Examples:
         >>> rule = random_faults({Fault.drop(): 0.5}, seed=1)
         >>> sum(rule(None, n) is not None for n in range(1000))
         473

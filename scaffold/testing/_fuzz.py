@@ -5,7 +5,7 @@
 ``/v1/completions``: a valid request with fields replaced by any JSON value, bodies nested thousands deep,
 raw bytes, and other content types. :func:`viewer_queries` draws paths with query strings for ``scaffold ui``.
 
-Example:
+Examples:
     >>> from hypothesis import given, settings
     >>> seen = []
     >>> @settings(max_examples=5, database=None)

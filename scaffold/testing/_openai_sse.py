@@ -53,7 +53,7 @@ def sse(payload: Any) -> bytes:
 def stream_chunks(request: ServerRequest, texts: Sequence[str]) -> StreamedAnswer:
     """The chunks answering ``request`` (streamed) whose choices say ``texts`` before ``stop`` and ``max_tokens``.
 
-    Example:
+    Examples:
         >>> answer = stream_chunks(ServerRequest("chat", "m", messages=(("user", "hi"),), n=2), ["a b", "c"])
         >>> [(chunk["choices"][0]["index"], chunk["choices"][0]["delta"]["content"])
         ...  for chunk, token in zip(answer.chunks, answer.token_chunks) if token]

@@ -45,7 +45,7 @@ def fake_tokenize(text: str) -> tuple[str, ...]:
 
     The tokens concatenate back to ``text`` exactly.
 
-    Example:
+    Examples:
         >>> fake_tokenize(r"so \\boxed{4}.")
         ('so', ' ', '\\\\', 'boxed', '{', '4', '}', '.')
     """
@@ -66,7 +66,7 @@ def fake_logprob(token: str, position: int) -> float:
 class ServerRequest:
     """One completion request as the server understood it, for one choice.
 
-    Example:
+    Examples:
         >>> ServerRequest(endpoint="chat", model="m", messages=(("user", "2+2?"),)).prompt_text
         'user: 2+2?\\n'
     """
@@ -241,7 +241,7 @@ def completion_body(request: ServerRequest, texts: Sequence[str]) -> dict[str, A
 def choice_tokens(request: ServerRequest, text: str) -> tuple[tuple[str, ...], str]:
     """The tokens of a choice whose policy text is ``text``, after ``stop`` and ``max_tokens``, and its finish reason.
 
-    Example:
+    Examples:
         >>> choice_tokens(ServerRequest("chat", "m", body={"max_tokens": 2}), "so the answer")
         (('so', ' '), 'length')
     """

@@ -17,7 +17,7 @@ system user (created by Debian's package) through ``runuser`` (or ``su``); its d
 handed to that user. Standard library only: the database is created with the ``createdb`` found
 next to ``initdb``, or with :mod:`psycopg` when that binary is missing.
 
-Example:
+Examples:
     >>> with PostgresServer() as server:  # doctest: +SKIP
     ...     engine = sqlalchemy.create_engine(server.url)
 """
@@ -97,7 +97,7 @@ class PostgresServer:
     :attr:`url` is a SQLAlchemy URL for the ``psycopg`` driver
     (``postgresql+psycopg://scaffold@127.0.0.1:<port>/scaffold``); no password is needed.
 
-    Example:
+    Examples:
         >>> with PostgresServer() as server:  # doctest: +SKIP
         ...     print(server.url)
         postgresql+psycopg://scaffold@127.0.0.1:41873/scaffold

@@ -28,7 +28,7 @@ _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 class SampleStore:
     """What :func:`sample_store` recorded.
 
-    Example:
+    Examples:
         >>> SampleStore("runs.db", ("rsa", "vote"), 12, 16, 4, 10).evaluations
         ('rsa', 'vote')
     """
@@ -78,7 +78,7 @@ def sample_store(path: str | Path, *, problems: int = 12, n: int = 16, k: int = 
     RSA samples ``n`` and aggregates ``k`` at a time for ``steps`` steps; the vote is over ``votes``
     samples (default ``2 * n``, so its samples node has more traces than the viewer shows expanded).
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> made = sample_store(os.path.join(tempfile.mkdtemp(), "runs.db"), problems=2, n=4, k=2, steps=2)
         >>> made.evaluations

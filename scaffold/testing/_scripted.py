@@ -25,7 +25,7 @@ class ScriptedBackend:
     ``delay`` (seconds, or a function of the request) makes every call that slow;
     ``supports_n`` makes sibling samples arrive as one request.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from scaffold._types import Message, Request
         >>> b = ScriptedBackend({"2+2": r"\\boxed{4}"})

@@ -31,7 +31,7 @@ Where it departs from the real services:
   sends a separate last chunk per choice with the finish reason (as OpenAI does; vLLM puts it on the
   last token's chunk). ``token_interval`` spaces the token events; there is no other pacing.
 
-Example:
+Examples:
     >>> import json, urllib.request
     >>> body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "2+2?"}]}).encode()
     >>> with OpenAIServer(policy=r"\\boxed{4}") as server:
@@ -126,7 +126,7 @@ class OpenAIServer:
 
     Counters (:attr:`requests`, :attr:`status_counts`...) are safe to read from any thread.
 
-    Example:
+    Examples:
         >>> with OpenAIServer(api_key="sk-test") as server:
         ...     server.inject(Fault.server_error(503), times=2)
         ...     server.base_url.startswith("http://127.0.0.1:")

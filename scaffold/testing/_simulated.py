@@ -30,7 +30,7 @@ def _uniform(seed: int) -> float:
 def lognormal_latency(request: Request, median: float, sigma: float) -> float:
     """The latency a :class:`SimulatedBackend` gives ``request``: a pure function of its seed.
 
-    Example:
+    Examples:
         >>> r = Request(seed=7)
         >>> lognormal_latency(r, 0.05, 0.5) == lognormal_latency(r, 0.05, 0.5) > 0
         True
@@ -48,7 +48,7 @@ class SimulatedBackend:
     bound. ``median=0`` answers at once without sleeping (to measure pure overhead).
     Each completion records its latency in ``metadata["simulated_latency"]``.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from scaffold._types import Request
         >>> b = SimulatedBackend(median=0.001, sigma=0.5)

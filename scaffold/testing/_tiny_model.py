@@ -50,7 +50,7 @@ def build_tiny_model(
     Deterministic for a given ``seed``. Takes a few seconds (mostly imports). The default
     width gives 4 heads of 32 dimensions, the smallest head size vLLM's CPU attention takes.
 
-    Example:
+    Examples:
         >>> from scaffold.testing import build_tiny_model
         >>> directory = build_tiny_model("/tmp/tiny-model")  # doctest: +SKIP
     """

@@ -9,7 +9,7 @@ plots, two evaluations problem by problem) and **Training** (per-step curves of 
 
 Every asset ships in the package (no CDN). Needs the ``serve`` extra (Starlette, uvicorn).
 
-Example:
+Examples:
     >>> from scaffold.ui import create_ui_app
     >>> from scaffold.serve import ServeThread
     >>> import json, os, tempfile, urllib.request

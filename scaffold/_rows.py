@@ -1,0 +1,120 @@
+"""Problem rows: read from a JSONL stream or a Hugging Face dataset, and checked before anything runs.
+
+Every row becomes a dict with ``problem`` and ``answer`` as strings (other fields kept). A row that is not
+JSON, lacks ``problem`` or ``answer``, or has an empty one raises :class:`~scaffold._errors.DatasetError`
+naming where it is (file and line, or dataset, split and row). Which file or dataset a name means is
+:func:`scaffold.load_problems`'s business (:mod:`scaffold._data`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from scaffold._errors import DatasetError
+
+
+def read_jsonl(lines: Iterable[str], where: str, *, limit: int | None = None, problem_key: str = "problem",
+               answer_key: str = "answer") -> list[dict[str, Any]]:
+    """The checked rows of JSONL ``lines`` (blank lines skipped); errors name ``where`` and the line.
+
+    Examples:
+        >>> read_jsonl(['{"problem": "1+1", "answer": 2}', "", '{"problem": "2+3", "answer": "5"}'], "p.jsonl")
+        [{'problem': '1+1', 'answer': '2'}, {'problem': '2+3', 'answer': '5'}]
+        >>> read_jsonl(['{"problem": "1+1", "answer": 2}', "{oops"], "p.jsonl")
+        Traceback (most recent call last):
+        scaffold._errors.DatasetError: p.jsonl:2: not JSON (Expecting property name enclosed in double quotes)
+    """
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DatasetError(f"{where}:{number}: not JSON ({error.msg})") from None
+        rows.append(check_row(row, f"{where}:{number}", problem_key, answer_key))
+        if limit is not None and len(rows) >= limit:
+            break
+    if not rows:
+        raise DatasetError(f"{where}: the dataset is empty")
+    return rows
+
+
+def check_row(row: Any, where: str, problem_key: str = "problem", answer_key: str = "answer") -> dict[str, Any]:
+    """``row`` with ``problem`` and ``answer`` as strings; :class:`DatasetError` naming ``where`` if it has none.
+
+    A whole-number float answer (``27.0``, as some hub copies store them) becomes ``"27"``.
+
+    Examples:
+        >>> check_row({"question": "1+1", "solution": 2.0}, "f.jsonl:3", "question", "solution")["answer"]
+        '2'
+        >>> check_row({"problem": "1+1"}, "f.jsonl:3")
+        Traceback (most recent call last):
+        scaffold._errors.DatasetError: f.jsonl:3: the row has no 'answer'
+    """
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+    for key in (problem_key, answer_key):
+        value = row.get(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise DatasetError(f"{where}: the row has no {key!r}")
+        if isinstance(value, (dict, list)):
+            raise DatasetError(f"{where}: {key!r} must be a string or number")
+    answer = row[answer_key]
+    if isinstance(answer, float) and answer.is_integer():
+        answer = int(answer)
+    return {**row, "problem": str(row[problem_key]), "answer": str(answer)}
+
+
+def open_hub(name: str, split: str) -> Any:
+    """The split ``split`` of the Hugging Face dataset ``name`` (a hub name or a local dataset directory).
+
+    Raises :class:`DatasetError` in one line when ``datasets`` is not installed or the dataset cannot be
+    loaded (offline, unknown name, unknown split); never a traceback.
+    """
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError(f"{name}: loading a Hugging Face dataset needs the datasets package "
+                           "(pip install scaffold-sdk[hub])") from None
+    try:
+        return datasets.load_dataset(name, split=split)
+    except Exception as error:  # offline, unknown name, unknown split: one message, never a traceback
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DatasetError(f"{name}: cannot load split {split!r} from the Hugging Face hub ({first})") from None
+
+
+def hub_rows(table: Iterable[Any], where: str, *, limit: int | None = None, problem_key: str = "problem",
+             answer_key: str = "answer") -> list[dict[str, Any]]:
+    """The checked rows of a loaded Hugging Face split; errors name ``where`` and the row number.
+
+    Examples:
+        >>> hub_rows([{"question": "1+1", "answer": 2}], "org/set[test]", problem_key="question")
+        [{'question': '1+1', 'answer': '2', 'problem': '1+1'}]
+    """
+    rows: list[dict[str, Any]] = []
+    for number, row in enumerate(table):
+        rows.append(check_row(dict(row), f"{where} row {number}", problem_key, answer_key))
+        if limit is not None and len(rows) >= limit:
+            break
+    if not rows:
+        raise DatasetError(f"{where}: the dataset is empty")
+    return rows
+
+
+def load_hub_problems(name: str, *, split: str = "test", limit: int | None = None, problem_key: str = "problem",
+                      answer_key: str = "answer") -> list[dict[str, Any]]:
+    """The rows of a Hugging Face dataset (a hub name, or a local dataset directory), checked like a JSONL file.
+
+    Needs ``pip install scaffold-sdk[hub]`` and, for a hub name, hub access (or the hub cache). A row
+    without ``problem_key`` / ``answer_key`` raises :class:`DatasetError` naming the dataset, split and
+    row number.
+
+    Example (needs hub access)::
+
+        rows = load_hub_problems("HuggingFaceH4/MATH-500", split="test", limit=50)
+    """
+    return hub_rows(open_hub(name, split), f"{name}[{split}]", limit=limit, problem_key=problem_key,
+                    answer_key=answer_key)
