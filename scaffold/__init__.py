@@ -22,6 +22,7 @@ from scaffold._budget import Budget
 from scaffold._builder import Input
 from scaffold._clock import MONOTONIC, Clock
 from scaffold._control import loop
+from scaffold._data import DATASETS, HUB_DATASETS, HubDataset, ShippedDataset, load_problems
 from scaffold._errors import (
     AuthenticationError,
     BackendError,
@@ -149,6 +150,12 @@ __all__ = [
     "extract_boxed",
     "extract_last_number",
     "equivalent",
+    # datasets
+    "load_problems",
+    "DATASETS",
+    "ShippedDataset",
+    "HUB_DATASETS",
+    "HubDataset",
     # backends
     "Backend",
     "StreamingBackend",

@@ -1,102 +1,179 @@
-"""Problem datasets: JSONL files of ``problem`` / ``answer`` rows, from any path.
+"""Problem sets by name: three ship with the package, the competition sets load from the hub, or any path.
 
-The benchmark files of ``../shared/data/`` (AIME, HMMT, MATH-500, GSM8K, MATH train) and the
-pocket task's exports share one schema: ``id``, ``problem``, ``answer`` (a string), ``source``.
-:func:`load_problems` reads any such file; a row that is not JSON, lacks ``problem`` or
-``answer``, or has an empty one raises :class:`~scaffold._errors.DatasetError` naming the file
-and line, before anything runs.
+:func:`load_problems` looks its argument up in this order:
+
+1. among the shipped sets (:data:`DATASETS`): ``math500``, ``gsm8k`` and ``math_train``, MIT-licensed
+   and packaged in ``scaffold/data/`` with their provenance (``PROVENANCE.md`` there);
+2. as a path: a JSONL file of ``problem`` / ``answer`` rows, or a local Hugging Face dataset directory;
+3. as a Hugging Face hub dataset, through ``datasets`` (``pip install scaffold-sdk[hub]``): a competition
+   set known by name (:data:`HUB_DATASETS`: ``aime24``, ``aime25``, ``hmmt_feb25``, ``amc23``) or any
+   ``OWNER/NAME``.
+
+When nothing resolves, :class:`~scaffold._errors.DatasetError` says what each step found. AIME, AMC and
+HMMT problems belong to their organisers (MAA, HMMT), so they do not ship: they load from the hub where
+you have access, or from a file you make. Rows are read and checked by :mod:`scaffold._rows`.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import IO, Any
 
 from scaffold._errors import DatasetError
+from scaffold._rows import hub_rows, load_hub_problems, open_hub, read_jsonl
 
 
-def load_problems(path: str | os.PathLike[str], *, limit: int | None = None,
+@dataclass(frozen=True, kw_only=True)
+class ShippedDataset:
+    """A problem set that ships inside the package: MIT-licensed, its provenance in ``scaffold/data/PROVENANCE.md``.
+
+    Examples:
+        >>> import scaffold as sf
+        >>> sf.DATASETS["gsm8k"].rows, sf.DATASETS["gsm8k"].license
+        (1319, 'MIT')
+    """
+
+    name: str
+    """What :func:`load_problems` and ``scaffold eval --data`` take."""
+    title: str
+    """What the set is, in a few words."""
+    file: str
+    """The JSONL file in the package's ``data`` folder."""
+    rows: int
+    """How many problems it holds."""
+    split: str
+    """The split of the original dataset it is (``test`` or ``train``)."""
+    source: str
+    """The public repository it was copied from, as ``owner/name@commit``."""
+    license: str
+    """The license of that repository (and of the data)."""
+
+    def open(self) -> IO[str]:
+        """The packaged file, open for reading (found through ``importlib.resources``, so a wheel works too)."""
+        return (resources.files("scaffold") / "data" / self.file).open("r", encoding="utf-8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HubDataset:
+    """A competition set known by name that does not ship (its problems belong to its organiser): it loads
+    from the Hugging Face hub, where you have access.
+
+    Examples:
+        >>> import scaffold as sf
+        >>> sf.HUB_DATASETS["aime24"].hub, sf.HUB_DATASETS["aime24"].split
+        ('HuggingFaceH4/aime_2024', 'train')
+    """
+
+    name: str
+    """What :func:`load_problems` and ``scaffold eval --data`` take."""
+    title: str
+    """The competition and year."""
+    owner: str
+    """Whose problems they are."""
+    hub: str
+    """The Hugging Face hub dataset it loads from."""
+    split: str
+    """The split of that dataset that holds the problems."""
+    problem_key: str = "problem"
+    """The column of the problem statement."""
+    answer_key: str = "answer"
+    """The column of the final answer."""
+
+
+DATASETS: Mapping[str, ShippedDataset] = MappingProxyType({d.name: d for d in (
+    ShippedDataset(name="math500", title="MATH-500, the 500-problem test subset of MATH", file="math500.jsonl",
+                   rows=500, split="test", source="hkust-nlp/simpleRL-reason@cf1c7858bfc145a27aa733e75d930d34f0d318a6",
+                   license="MIT"),
+    ShippedDataset(name="gsm8k", title="GSM8K, grade-school math word problems", file="gsm8k_test.jsonl",
+                   rows=1319, split="test", source="openai/grade-school-math@3101c7d5072418e28b9008a6636bde82a006892c",
+                   license="MIT"),
+    ShippedDataset(name="math_train", title="MATH train split, answers taken from the solutions' \\boxed{}",
+                   file="math_train.jsonl", rows=7464, split="train",
+                   source="agentica-project/deepscaler@95ef74ffee001cce89463f2d61dfdce1d03576c1", license="MIT"),
+)})
+"""The problem sets that ship with the package, by name: ``math500``, ``gsm8k`` (the test split), ``math_train``."""
+
+HUB_DATASETS: Mapping[str, HubDataset] = MappingProxyType({d.name: d for d in (
+    HubDataset(name="aime24", title="AIME 2024 (I and II)", owner="MAA", hub="HuggingFaceH4/aime_2024", split="train"),
+    HubDataset(name="aime25", title="AIME 2025 (I and II)", owner="MAA", hub="MathArena/aime_2025", split="train"),
+    HubDataset(name="hmmt_feb25", title="HMMT February 2025", owner="HMMT", hub="MathArena/hmmt_feb_2025",
+               split="train"),
+    HubDataset(name="amc23", title="AMC 2023", owner="MAA", hub="math-ai/amc23", split="test",
+               problem_key="question"),
+)})
+"""The competition sets known by name that do not ship, by name: each loads from its Hugging Face dataset."""
+
+_ALIASES = {"gsm8k_test": "gsm8k"}
+_HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
+_FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt", ".gz")
+
+
+def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, split: str | None = None,
                   problem_key: str = "problem", answer_key: str = "answer") -> list[dict[str, Any]]:
-    """The rows of a JSONL problem file, each with ``problem`` and ``answer`` as strings (other fields kept).
+    """The problems ``source`` names, each row with ``problem`` and ``answer`` as strings (other fields kept).
+
+    ``source`` is a shipped set's name (:data:`DATASETS`), else a path (a JSONL file or a local Hugging
+    Face dataset directory), else a Hugging Face hub dataset (a name of :data:`HUB_DATASETS` or
+    ``OWNER/NAME``); a ``Path`` object is only ever a path. ``limit`` keeps the first rows; ``split``
+    picks a hub dataset's split (default: the known set's own, else ``test``); ``problem_key`` and
+    ``answer_key`` name the fields of a file or hub dataset of your own. Raises :class:`DatasetError`
+    naming what was tried when nothing resolves, and the file and line of a malformed row.
 
     Examples:
-        >>> import tempfile, pathlib
-        >>> f = pathlib.Path(tempfile.mkdtemp()) / "p.jsonl"
-        >>> _ = f.write_text('{"id": "a", "problem": "1+1", "answer": 2}\\n')
-        >>> load_problems(f)
-        [{'id': 'a', 'problem': '1+1', 'answer': '2'}]
+        >>> import scaffold as sf
+        >>> rows = sf.load_problems("math500", limit=2)
+        >>> len(rows), rows[0]["id"]
+        (2, 'test/precalculus/807.json')
+        >>> len(sf.load_problems("gsm8k"))
+        1319
     """
-    file = Path(path)
-    if not file.is_file():
-        raise DatasetError(f"{file}: no such dataset file")
-    rows: list[dict[str, Any]] = []
-    with file.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DatasetError(f"{file}:{number}: not JSON ({error.msg})") from None
-            row = check_row(row, f"{file}:{number}", problem_key, answer_key)
-            rows.append(row)
-            if limit is not None and len(rows) >= limit:
-                break
-    if not rows:
-        raise DatasetError(f"{file}: the dataset is empty")
-    return rows
+    if limit is not None and limit < 1:
+        raise DatasetError(f"limit must be at least 1, got {limit}")
+    name = os.fspath(source)
+    shipped = DATASETS.get(_ALIASES.get(name, name)) if isinstance(source, str) else None
+    if shipped is not None:
+        if split not in (None, shipped.split):
+            raise DatasetError(f"{name}: the shipped set is the {shipped.split} split only, not {split!r}")
+        with shipped.open() as lines:
+            return read_jsonl(lines, shipped.name, limit=limit)
+    path = Path(name).expanduser()
+    if path.is_file():
+        with path.open(encoding="utf-8") as lines:
+            return read_jsonl(lines, str(path), limit=limit, problem_key=problem_key, answer_key=answer_key)
+    if path.is_dir():
+        return load_hub_problems(str(path), split=split or "test", limit=limit, problem_key=problem_key,
+                                 answer_key=answer_key)
+    if not isinstance(source, str):
+        raise DatasetError(f"{path}: no such dataset file or directory")
+    return _load_from_hub(name, limit=limit, split=split, problem_key=problem_key, answer_key=answer_key)
 
 
-def check_row(row: Any, where: str, problem_key: str = "problem", answer_key: str = "answer") -> dict[str, Any]:
-    """``row`` with ``problem`` and ``answer`` as strings; :class:`DatasetError` naming ``where`` if it has none.
-
-    Examples:
-        >>> check_row({"question": "1+1", "solution": 2}, "f.jsonl:3", "question", "solution")["answer"]
-        '2'
-        >>> check_row({"problem": "1+1"}, "f.jsonl:3")
-        Traceback (most recent call last):
-        scaffold._errors.DatasetError: f.jsonl:3: the row has no 'answer'
-    """
-    if not isinstance(row, dict):
-        raise DatasetError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
-    for key in (problem_key, answer_key):
-        value = row.get(key)
-        if value is None or (isinstance(value, str) and not value.strip()):
-            raise DatasetError(f"{where}: the row has no {key!r}")
-        if isinstance(value, (dict, list)):
-            raise DatasetError(f"{where}: {key!r} must be a string or number")
-    return {**row, "problem": str(row[problem_key]), "answer": str(row[answer_key])}
-
-
-def load_hub_problems(name: str, *, split: str = "test", limit: int | None = None, problem_key: str = "problem",
-                      answer_key: str = "answer") -> list[dict[str, Any]]:
-    """The rows of a Hugging Face dataset (a hub name, or a local dataset directory), checked like a JSONL file.
-
-    Needs ``pip install datasets`` and, for a hub name, the network (or the hub cache). A row
-    without ``problem_key`` / ``answer_key`` raises :class:`DatasetError` naming the dataset,
-    split and row number.
-
-    Example (needs the network)::
-
-        rows = load_hub_problems("HuggingFaceH4/MATH-500", split="test", limit=50)
-    """
+def _load_from_hub(name: str, *, limit: int | None, split: str | None, problem_key: str,
+                   answer_key: str) -> list[dict[str, Any]]:
+    """The last step of :func:`load_problems`: ``name`` on the hub, or the error that lists every step."""
+    tried = [f"not a shipped set ({', '.join(DATASETS)})", f"no file or directory {name!r}"]
+    known = HUB_DATASETS.get(name)
+    if known is not None:
+        hub, hub_split, problem_key, answer_key = known.hub, split or known.split, known.problem_key, known.answer_key
+    elif _HUB_NAME.fullmatch(name) and not name.lower().endswith(_FILE_SUFFIXES):
+        hub, hub_split = name, split or "test"
+    else:
+        tried.append(f"not a Hugging Face dataset (neither a known set, {', '.join(HUB_DATASETS)}, nor OWNER/NAME)")
+        raise DatasetError(f"no dataset {name!r}: " + "; ".join(tried))
     try:
-        import datasets
-    except ImportError:
-        raise DatasetError(f"{name}: loading a Hugging Face dataset needs the datasets package "
-                           "(pip install scaffold-sdk[hub])") from None
-    try:
-        table = datasets.load_dataset(name, split=split)
-    except Exception as error:  # offline, unknown name, unknown split: one message, never a traceback
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DatasetError(f"{name}: cannot load split {split!r} from the Hugging Face hub ({first})") from None
-    rows: list[dict[str, Any]] = []
-    for number, row in enumerate(table):
-        rows.append(check_row(dict(row), f"{name}[{split}] row {number}", problem_key, answer_key))
-        if limit is not None and len(rows) >= limit:
-            break
-    if not rows:
-        raise DatasetError(f"{name}[{split}]: the dataset is empty")
-    return rows
+        table = open_hub(hub, hub_split)
+    except DatasetError as error:
+        tried.append(str(error))
+        message = f"no dataset {name!r}: " + "; ".join(tried)
+        if known is not None:
+            message += (f". {known.title} problems belong to the {known.owner} and do not ship with scaffold: "
+                        f"load them from the hub where you have access (pip install scaffold-sdk[hub]), or pass "
+                        f"a JSONL file of problem/answer rows")
+        raise DatasetError(message) from None
+    return hub_rows(table, f"{hub}[{hub_split}]", limit=limit, problem_key=problem_key, answer_key=answer_key)
