@@ -25,8 +25,9 @@ TOPOLOGIES = ("spiral", "spiral_rsa", "grpo", "agglm", "aggregator_only")
 @click.option("--topology", type=click.Choice(TOPOLOGIES), default="spiral", show_default=True,
               help="spiral: search + aggregation, set-RL credit; spiral_rsa: RSA rollouts, multi-level set-RL credit; "
                    "grpo: groups of samples; agglm (aggregator_only): the aggregator only (see trainers.recipes).")
-@click.option("--data", type=click.Path(dir_okay=False, path_type=Path),
-              help="Training problems: JSONL with 'problem' and 'answer' (default: pocket training problems).")
+@click.option("--data", metavar="NAME|PATH",
+              help="Training problems: a set that ships with scaffold (math_train; `scaffold data list`), a JSONL "
+                   "file with 'problem' and 'answer', or a Hugging Face dataset (default: pocket training problems).")
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--problems-per-step", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--lr", type=float, default=1e-5, show_default=True, help="AdamW learning rate.")
@@ -52,7 +53,7 @@ TOPOLOGIES = ("spiral", "spiral_rsa", "grpo", "agglm", "aggregator_only")
 @click.option("--max-lag", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --ray: let rollouts run this many policy versions ahead of the update (0: synchronous).")
 @click.pass_obj
-def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None, steps: int, problems_per_step: int,
+def train(handle: Any, model_dir: Path | None, topology: str, data: str | None, steps: int, problems_per_step: int,
           lr: float, lora_rank: int, kl_coef: float, prompts: str | None, out: Path, offline: bool,
           graph_name: str | None, dataset: str | None, seed: int, ray_address: str | None, workers: int, engine: str,
           max_lag: int) -> None:
@@ -69,11 +70,12 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: Path | None,
     Examples:
       scaffold train --steps 30                                 # SPIRAL on the pocket model
       scaffold train --topology grpo --lr 3e-4 --steps 30
-      scaffold train --model ./my-model --data train.jsonl --prompts generic --lora-rank 16
+      scaffold train --model ./my-model --data math_train --prompts generic --lora-rank 16
+      scaffold train --model ./my-model --data train.jsonl --prompts generic
       scaffold --store runs.db train --offline --graph spiral --data train.jsonl
       scaffold train --ray --workers 2                          # rollouts on a local Ray cluster
     """
-    from scaffold._data import load_problems
+    from scaffold import load_problems
     from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_model, pocket_task
     from trainers.distributed import RolloutCluster
     from trainers.loop import LoopConfig, train_offline, train_online

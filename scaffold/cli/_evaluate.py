@@ -19,9 +19,10 @@ from scaffold.cli._options import model_options, param_options, prepare, split_p
 @click.argument("topology", required=False)
 @param_options
 @model_options
-@click.option("--data", default=None, metavar="PATH|hf:NAME[:SPLIT]|pocket",
-              help="Problems: a JSONL file with problem/answer (../shared/data/math500.jsonl), a Hugging Face "
-                   "dataset (hf:HuggingFaceH4/MATH-500:test), or pocket problems (default).")
+@click.option("--data", default=None, metavar="NAME|PATH|hf:NAME[:SPLIT]|pocket",
+              help="Problems: a set that ships with scaffold (math500, gsm8k, math_train; `scaffold data list`), "
+                   "a JSONL file with problem/answer, a Hugging Face dataset (aime24, aime25, hmmt_feb25, amc23, "
+                   "OWNER/NAME, or hf:NAME:SPLIT; needs hub access), or pocket problems (default).")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N problems (pocket: how many; default 100).")
 @click.option("--problem-key", default="problem", show_default=True, help="The problem field of the rows.")
 @click.option("--answer-key", default="answer", show_default=True, help="The reference answer field of the rows.")
@@ -69,13 +70,14 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
       scaffold eval rsa -p n=8 -p steps=3              # pocket model, 100 pocket problems
       scaffold eval self_consistency -p n=1,4,16 --out out/sc   # a sweep, its table and plots
       scaffold eval my_graphs.py:debate -p rounds=2             # your own @sf.graph function
-      scaffold eval rsa --data ../shared/data/aime24.jsonl --model openai/gpt-4o-mini -p n=16
+      scaffold eval rsa --data math500 --model openai/gpt-4o-mini -p n=16   # a set shipped with scaffold
+      scaffold eval rsa --data aime24 --model openai/gpt-4o-mini -p n=16    # from the Hugging Face hub
       scaffold eval agglm --model solver=openai/gpt-4o-mini --model aggregator=hosted_vllm/agg \\
-          --api-base http://127.0.0.1:8000/v1 --data math500.jsonl --limit 100
-      scaffold eval rsa --model openai/gpt-4o-mini --data aime24.jsonl --dry-run     # calls, before paying
-      scaffold eval rsa --model openai/gpt-4o-mini --data aime24.jsonl --max-cost 5
+          --api-base http://127.0.0.1:8000/v1 --data math500 --limit 100
+      scaffold eval rsa --model openai/gpt-4o-mini --data problems.jsonl --dry-run   # calls, before paying
+      scaffold eval rsa --model openai/gpt-4o-mini --data gsm8k --max-cost 5
       scaffold eval --resume rsa-pocket-3x3-test-s0-n100-1a2b3c
-      scaffold eval rsa --model openai/gpt-4o-mini --data math500.jsonl --ray auto --workers 8 \\
+      scaffold eval rsa --model openai/gpt-4o-mini --data math500 --ray auto --workers 8 \\
           --store postgresql+psycopg://user@db/scaffold                # on a Ray cluster
       scaffold compare rsa-pocket-3x3-test-s0-n100-1a2b3c self_consistency-pocket-3x3-test-s0-n100-4d5e6f
     """
@@ -276,7 +278,8 @@ def _ks(text: str | None) -> list[int] | None:
 def load_rows(data: str | None, limit: int | None, seed: int, pocket_dir: Path | None, problem_key: str,
               answer_key: str) -> tuple[list[dict[str, Any]], str, str]:
     """The problems ``--data`` names, the dataset name they are recorded under, and their source."""
-    from scaffold._data import load_hub_problems, load_problems
+    from scaffold._data import DATASETS, load_problems
+    from scaffold._rows import load_hub_problems
     from scaffold.pocket import PocketTask, pocket_task
 
     if data is None or data == "pocket":
@@ -289,9 +292,10 @@ def load_rows(data: str | None, limit: int | None, seed: int, pocket_dir: Path |
         rows = load_hub_problems(hub, split=split or "test", limit=limit, problem_key=problem_key,
                                  answer_key=answer_key)
         return rows, f"{hub.replace('/', '_')}-{split or 'test'}", data
+    rows = load_problems(data, limit=limit, problem_key=problem_key, answer_key=answer_key)
     path = Path(data).expanduser()
-    rows = load_problems(path, limit=limit, problem_key=problem_key, answer_key=answer_key)
-    return rows, path.stem + (f"-n{limit}" if limit else ""), str(path)
+    source = str(path) if data not in DATASETS and path.exists() else data  # a shipped name wins over a path
+    return rows, path.stem + (f"-n{limit}" if limit else ""), source
 
 
 # -- output ------------------------------------------------------------------------------------

@@ -7,9 +7,10 @@
     scaffold [--store PATH_OR_URL] runs export --out PATH [--format jsonl|parquet] [filters] [--run RUN ...]
     scaffold pocket build [--rebuild]
     scaffold pocket problems --n 100 --split test --out FILE
-    scaffold [--store PATH_OR_URL] eval TOPOLOGY [-p KEY=VALUE ...] [--data FILE] [--model [ALIAS=]SPEC ...]
+    scaffold [--store PATH_OR_URL] eval TOPOLOGY [-p KEY=VALUE ...] [--data NAME|FILE] [--model [ALIAS=]SPEC ...]
+    scaffold data list [--json]
     scaffold [--store PATH_OR_URL] compare EVAL_A EVAL_B [--out DIR]
-    scaffold [--store PATH_OR_URL] train [--model DIR] [--topology spiral|grpo|agglm] [--data FILE] [--steps N]
+    scaffold [--store PATH_OR_URL] train [--model DIR] [--topology spiral|grpo|agglm] [--data NAME|FILE] [--steps N]
     scaffold [--store PATH_OR_URL] run TOPOLOGY --problem TEXT [-p KEY=VALUE ...] [--model [ALIAS=]SPEC ...] [--json]
     scaffold graph list [--params] | graph params TOPOLOGY | graph show TOPOLOGY [-p KEY=VALUE ...] [--format F]
     scaffold [--store PATH_OR_URL] serve TOPOLOGY [-p KEY=VALUE ...] [--model [ALIAS=]SPEC ...] [--name NAME] [--port N]
@@ -33,6 +34,7 @@ import click
 
 from scaffold.cli._common import StoreHandle
 from scaffold.cli._compare import compare
+from scaffold.cli._data import data_group
 from scaffold.cli._evaluate import eval_command
 from scaffold.cli._graph import graph_group
 from scaffold.cli._plugins import registry
@@ -97,6 +99,7 @@ main.add_command(runs)
 main.add_command(pocket)
 main.add_command(eval_command)
 main.add_command(compare)
+main.add_command(data_group)
 main.add_command(run_command)
 main.add_command(graph_group)
 main.add_command(serve_command)
