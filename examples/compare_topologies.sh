@@ -3,7 +3,7 @@
 #
 #   bash examples/compare_topologies.sh                      # 100 held-out pocket problems, a few minutes on 2 cores
 #   PROBLEMS=20 bash examples/compare_topologies.sh          # quicker
-#   MODEL=openai/gpt-4o-mini DATA=../shared/data/math500.jsonl PROBLEMS=100 bash examples/compare_topologies.sh
+#   MODEL=openai/gpt-4o-mini DATA=math500 PROBLEMS=100 bash examples/compare_topologies.sh   # a shipped set
 #
 # Every evaluation is recorded in $STORE (default out/compare/runs.db); run the script again after a kill and
 # finished problems are not sent again. The table, report.json, problems.csv and the PNGs go to $OUT.

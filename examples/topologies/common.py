@@ -4,8 +4,9 @@ By default the examples run on the pocket model (built or loaded from the cache;
 GPU) over held-out pocket problems, with the prompts it was trained on. ``--model`` runs them on
 any litellm model (``openai/gpt-4o-mini`` with ``OPENAI_API_KEY`` set) or a model on an
 OpenAI-compatible server (``hosted_vllm/NAME``, or any name with ``--api-base``: the native
-``sf.OpenAIBackend``) with the topologies' default prompts; ``--data`` reads problems from a JSONL file
-with ``problem`` and ``answer`` fields (``../shared/data/math500.jsonl``, say). Every alias of a
+``sf.OpenAIBackend``) with the topologies' default prompts; ``--data`` takes problems by name (a set that
+ships with scaffold: ``math500``, ``gsm8k``; see ``scaffold data list``) or from a JSONL file with ``problem``
+and ``answer`` fields (``sf.load_problems`` resolves it). Every alias of a
 topology (solver, judge, aggregator, proposers) is bound to that one model unless the example
 says otherwise.
 """
@@ -23,7 +24,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `graphs` imports as a package
 
 import scaffold as sf  # noqa: E402
-from scaffold._data import load_problems  # noqa: E402
 
 
 def parser(description: str | None) -> argparse.ArgumentParser:
@@ -35,7 +35,8 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     p.add_argument("--prompts", choices=["pocket", "generic"],
                    help="the pocket model's prompts or the topology's own (default: pocket without --model)")
     p.add_argument("--pocket-dir", type=Path, help="a pocket model directory instead of the cached one")
-    p.add_argument("--data", type=Path, help="a JSONL file of problems with 'problem' and 'answer' fields")
+    p.add_argument("--data", metavar="NAME|PATH",
+                   help="problems: a set shipped with scaffold (math500, gsm8k) or a JSONL file of problem/answer rows")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=16, help="problems run at once")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -74,7 +75,7 @@ def setup(args: argparse.Namespace) -> Setup:
         model = sf.Model(sf.backends.backend_from_spec(args.model, **extra), params=params, max_in_flight=32)
     pocket = (args.prompts or ("generic" if args.model else "pocket")) == "pocket"
     if args.data is not None:
-        rows = load_problems(args.data, limit=args.problems)
+        rows = sf.load_problems(args.data, limit=args.problems)
     else:
         task = pocket_task(path) if path is not None else PocketTask()
         rows = task.problems(args.problems, seed=args.seed, split="test")

@@ -260,7 +260,7 @@ class PocketTask:
         return good / max(len(lines), len(expected) + 1)
 
     def write_jsonl(self, path: str | Path, rows: Iterable[dict[str, str]]) -> Path:
-        """Write rows as JSON lines (the schema of ``shared/data/*.jsonl``) and return the path."""
+        """Write rows as JSON lines (the schema of the problem sets shipped with scaffold) and return the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as out:
