@@ -16,17 +16,21 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
 
 PACKAGES = {
-    "scaffold": ("scaffold", "The core: the graph DSL, models, the store, events and errors, as `import scaffold as sf`."),
-    "backends": ("scaffold.backends", "Backends, the `Model` that wraps them with limits and retries, and the model registry."),
+    "scaffold": ("scaffold", "The core: the graph DSL, models, the store, events and errors "
+                             "(`import scaffold as sf`)."),
+    "backends": ("scaffold.backends", "Backends, the `Model` that wraps them with limits and retries, "
+                                      "and the model registry."),
     "store": ("scaffold.store", "The trajectory store: SQLite or PostgreSQL."),
     "evaluation": ("scaffold.evaluation", "Recorded, resumable evaluations; metrics, comparisons and plots."),
     "serve": ("scaffold.serve", "`scaffold serve`: any graph as an OpenAI-compatible model."),
     "cluster": ("scaffold.cluster", "Scale-out on Ray: clusters and replicated local engines."),
-    "testing": ("scaffold.testing", "Test doubles that ship with the package: scripted backends, a real test server, faults, virtual time."),
+    "testing": ("scaffold.testing", "Test doubles that ship with the package: scripted backends, a real test "
+                                    "server, faults, virtual time."),
     "pocket": ("scaffold.pocket", "The pocket model: a tiny local reasoning model trained on the CPU."),
     "ui": ("scaffold.ui", "`scaffold ui`: the local web viewer's app and its pages' data."),
     "cli": ("scaffold.cli", "The `scaffold` command's entry point and the plugin types packages use to extend it."),
-    "graphs": ("graphs", "Ready-made topologies: self-consistency, best-of-N, RSA, MoA, evolve, AggLM, and the training graphs."),
+    "graphs": ("graphs", "Ready-made topologies: self-consistency, best-of-N, RSA, MoA, evolve, AggLM, "
+                         "and the training graphs."),
     "trainers": ("trainers", "Set-RL training: rewards, credit schemes, the policy update and the loops."),
 }
 """Page name -> (package, one-line description)."""
@@ -61,7 +65,8 @@ def page(name: str) -> str:
     """The Markdown of one reference page."""
     package, summary = PACKAGES[name]
     names = list(importlib.import_module(package).__all__)
-    lines = [f"# `{package}`", "", summary, "", f"Every public name of `{package}` (its `__all__`), from its docstring.", ""]
+    lines = [f"# `{package}`", "", summary, "",
+             f"Every public name of `{package}` (its `__all__`), from its docstring.", ""]
     sections: dict[str, list[str]] = {}
     for public in names:
         sections.setdefault(section_of(package, public), []).append(public)

@@ -94,8 +94,8 @@ def test_a_docs_page_on_the_quick_pocket_model_runs_as_written(page: Path, docs_
 
 @pytest.mark.parametrize("page", DEFAULT, ids=page_id)
 def test_a_docs_page_on_the_pocket_model_runs_as_written(page: Path, docs_server: OpenAIServer,
-                                                          pocket_quick: tuple[Path, Any], pocket_default: tuple[Path, Any],
-                                                          tmp_path: Path) -> None:
+                                                          pocket_quick: tuple[Path, Any],
+                                                          pocket_default: tuple[Path, Any], tmp_path: Path) -> None:
     run_page(page, docs_server, tmp_path, pocket_cache(tmp_path, quick=pocket_quick[0], default=pocket_default[0]))
 
 
