@@ -35,6 +35,7 @@ bench: install
 	$(BIN)/python benchmarks/backends.py
 	$(BIN)/python benchmarks/store.py
 	$(BIN)/python benchmarks/pocket.py
+	$(BIN)/python benchmarks/topologies.py
 	$(BIN)/python benchmarks/trainer.py
 	$(BIN)/python benchmarks/evaluation.py
 	$(BIN)/python benchmarks/serve.py

@@ -116,6 +116,20 @@ def test_providers_without_n_get_one_request_per_sample(server):
     assert len([t for t in result.traces if t.node == "sample"]) == 4
 
 
+def test_a_pickled_backend_answers_like_the_original(server):
+    """A cluster sends a litellm model to its workers by pickling it: the copy keeps the model, server and key,
+    leaves the original's per-loop clients behind, and answers."""
+    import pickle
+
+    backend = sf.LiteLLMBackend("hosted_vllm/test-model", api_base=server.base_url, api_key=KEY)
+    complete(backend, Request(messages=(("user", "warm"),)))  # the original now holds a client of a loop
+    copy = pickle.loads(pickle.dumps(backend))
+    assert (copy.model_name, copy.api_base, copy.provider) == (backend.model_name, backend.api_base, backend.provider)
+    assert len(copy._text_clients) == 0
+    [answer] = complete(copy, Request(messages=(("user", "2+2"),)))
+    assert answer.text == "draft 0 for 2+2: \\boxed{0}"  # the server checks the key: the copy sent it
+
+
 def test_sampling_parameters_are_passed_through(server):
     """Model defaults and node params (temperature, max_tokens, stop, top_p) reach the server; node wins."""
 

@@ -22,7 +22,7 @@ a repeated subset is chance — groups by node instead (else every such trace wo
 is made on the recorded structure (all model traces of the node, failed ones included), so a failure
 does not change how the survivors are centred.
 
-**SPIRAL, two levels** (exactly as DESIGN §6; :func:`spiral_set_advantages`): the sets G_i are the
+**SPIRAL, two levels** (the SPIRAL paper's set-level credit; :func:`spiral_set_advantages`): the sets G_i are the
 distinct input sets of one aggregation node; f(G_i) = mean reward of the aggregations of G_i;
 f̂ = mean_i f(G_i); A(G_i) = f(G_i) − f̂; a search trace y_j gets A_marg(y_j) = mean of A(G_i) over
 the sets containing it (in no set: no gradient, left out of the output); an aggregation trace gets

