@@ -43,7 +43,7 @@ class StoreHandle:
         try:
             self._store = Store(target)
         except ImportError as exc:
-            hint = ("PostgreSQL needs pip install scaffold-sdk[postgres]" if "psycopg" in str(exc)
+            hint = ("PostgreSQL needs pip install 'scaffold-sdk[postgres]'" if "psycopg" in str(exc)
                     else "the store supports SQLite and PostgreSQL")
             message = f"cannot open the store {target}: {exc} ({hint})"
         except StoreError as exc:

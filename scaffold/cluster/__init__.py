@@ -6,7 +6,7 @@ free place, results stream back as they finish, every model limit and the budget
 workers (:mod:`scaffold.cluster._limits`), every worker records into the job's one store
 (PostgreSQL directly; SQLite through one writer on the caller's machine), and a killed worker's
 rows finish elsewhere without sending a recorded call again. :class:`EnginePool` serves a local
-model from several replicas. Needs ``pip install 'scaffold[cluster]'`` (Ray).
+model from several replicas. Needs ``pip install 'scaffold-sdk[cluster]'`` (Ray).
 
 Examples:
     >>> from scaffold.cluster import Cluster

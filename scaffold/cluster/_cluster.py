@@ -53,7 +53,7 @@ class Cluster:
         try:
             import ray
         except ImportError:
-            raise ClusterError("running on a cluster needs Ray: pip install 'scaffold[cluster]'") from None
+            raise ClusterError("running on a cluster needs Ray: pip install 'scaffold-sdk[cluster]'") from None
         if not ray.is_initialized():
             if self.address is None:  # a local cluster of our own: no auth token under the home directory
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -151,7 +151,7 @@ def _figure(*, width: float = 7.0, height: float = 5.0) -> Figure:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as error:
-        raise EvaluationError("plots need matplotlib: pip install scaffold-sdk[plot]") from error
+        raise EvaluationError("plots need matplotlib: pip install 'scaffold-sdk[plot]'") from error
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
     return figure

@@ -66,7 +66,7 @@ ROW_GROUP_ROWS = 10_000
 ROW_GROUP_BYTES = 64 * 2**20
 """A Parquet row group is written once it holds this many rows or about this many bytes."""
 
-PARQUET_HINT = "Parquet export needs pyarrow: pip install scaffold-sdk[parquet]"
+PARQUET_HINT = "Parquet export needs pyarrow: pip install 'scaffold-sdk[parquet]'"
 
 
 def export(store: Store, path: str | os.PathLike[str], *, format: str | None = None,
