@@ -14,7 +14,8 @@ import click
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]), default="text",
               show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Write report.json, problems.csv, compare.md/.csv and the plots (PNG) here.")
+              help="Write report.json, problems.csv, compare.md/.csv and the plots (PNG; they need "
+                   "scaffold-sdk[plot]) here.")
 @click.option("--list", "list_only", is_flag=True, help="List the evaluations in the store and exit.")
 @click.pass_obj
 def compare(handle: Any, names: tuple[str, ...], fmt: str, out: Path | None, list_only: bool) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from scaffold.cli._extras import absent, install_hint, require
 from scaffold.cli._options import model_options, param_options, prepare, split_params
 
 
@@ -33,7 +34,8 @@ from scaffold.cli._options import model_options, param_options, prepare, split_p
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--k", "ks", metavar="K,K,...", help="pass@k / maj@k sizes (default 1, 2, 4... up to the samples).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Write report.json, problems.csv, compare.md/.csv and the plots (PNG) here.")
+              help="Write report.json, problems.csv, compare.md/.csv and the plots (PNG; they need "
+                   "scaffold-sdk[plot]) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), metavar="DOLLARS",
@@ -84,6 +86,8 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
     from scaffold.evaluation import load_report
     from scaffold.store._default import resolve_store
 
+    if ray_address is not None and not dry_run:
+        require("ray", "--ray")
     store = resolve_store(handle.target)
     if store is None:
         raise click.UsageError("an evaluation is recorded in a store; $SCAFFOLD_STORE turns it off: pass --store")
@@ -350,7 +354,10 @@ def write_outputs(reports: Sequence[Any], out: Path) -> list[Path]:
     (out / "compare.md").write_text(to_markdown(rows) + "\n")
     (out / "compare.csv").write_text(to_csv(rows))
     written += [summary, problems, out / "compare.md", out / "compare.csv"]
-    written += write_plots(reports, out)
+    if absent(["matplotlib"]):  # the tables are written; the evaluation is not lost for want of a plot
+        click.echo(f"no plots: they need matplotlib ({install_hint('matplotlib')})", err=True)
+    else:
+        written += write_plots(reports, out)
     return written
 
 

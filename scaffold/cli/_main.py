@@ -22,7 +22,8 @@ name from ``graphs``: both are plugins, found through the ``scaffold.cli`` entry
 (:mod:`scaffold.cli._plugins`), so this package imports neither.
 
 Also ``python -m scaffold``. Errors (an unknown run, a store that cannot be opened, a bad
-time) print one line and exit with a non-zero status; a store URL's password is never shown.
+time, a missing optional dependency: :mod:`scaffold.cli._extras` names its extra) print one line
+and exit with a non-zero status; a store URL's password is never shown.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from scaffold.cli._common import StoreHandle
 from scaffold.cli._compare import compare
 from scaffold.cli._data import data_group
 from scaffold.cli._evaluate import eval_command
+from scaffold.cli._extras import missing_dependency
 from scaffold.cli._graph import graph_group
 from scaffold.cli._plugins import registry
 from scaffold.cli._pocket import pocket
@@ -46,7 +48,8 @@ from scaffold.cli._ui import ui_command
 
 
 class _Group(click.Group):
-    """The root group: store and database errors become one-line messages, never tracebacks."""
+    """The root group: store and database errors, and a missing optional dependency (with the extra that
+    installs it), become one-line messages, never tracebacks."""
 
     def invoke(self, ctx: click.Context) -> Any:
         from sqlalchemy.exc import SQLAlchemyError
@@ -60,6 +63,14 @@ class _Group(click.Group):
             message = f"{exc}" if isinstance(exc, ScaffoldError) else f"{type(exc).__name__}: {exc}"
             message = message.splitlines()[0] if message else type(exc).__name__
             raise click.ClickException(handle.redact(message) if handle is not None else message) from None
+        except ImportError as exc:
+            name = ctx.invoked_subcommand or ""
+            command = self.commands.get(name)
+            takes_models = command is not None and any(p.name == "model_values" for p in command.params)
+            line = missing_dependency(exc, name, takes_models=takes_models)
+            if line is None:
+                raise
+            raise click.ClickException(line) from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

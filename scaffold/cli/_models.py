@@ -82,6 +82,7 @@ def bind_models(aliases: Sequence[str], specs: Mapping[str | None, str], *, api_
         raise click.BadParameter(f"the topology has no model alias {', '.join(map(repr, unknown))}; "
                                  f"its aliases: {', '.join(sorted(aliases))}", param_hint="--model")
     chosen = {alias: specs.get(alias, specs.get(None, DEFAULT_SPEC)) for alias in sorted(aliases)}
+    _check_default_model([alias for alias in chosen if alias not in specs and None not in specs])
     pocket_dirs = {spec: pocket_dir_of(spec) for spec in set(chosen.values())}
     pocket = all(path is not None for path in pocket_dirs.values())
     params: dict[str, Any] = {}
@@ -108,6 +109,21 @@ def bind_models(aliases: Sequence[str], specs: Mapping[str | None, str], *, api_
     first = next((p for p in pocket_dirs.values() if p is not None), None)
     return Bound(models={alias: made[spec] for alias, spec in chosen.items()}, specs=chosen, pocket=pocket,
                  pocket_dir=first, params=params)
+
+
+def _check_default_model(defaulted: Sequence[str]) -> None:
+    """Aliases left to the default (the pocket model) on an install without its dependencies: one line that
+    says what to install, or which ``--model`` to pass instead."""
+    from scaffold.cli._extras import POCKET_MODULES, absent, install_hint
+
+    missing = absent(POCKET_MODULES) if defaulted else []
+    if missing:
+        example = (f"--model {defaulted[0]}=openai/gpt-4o-mini" if len(defaulted) == 1
+                   else "--model openai/gpt-4o-mini for every alias")
+        raise click.ClickException(
+            f"the default model is the local pocket model, which needs {missing[0]} "
+            f"({install_hint(missing[0]) or 'pip install scaffold-sdk[train]'}); "
+            f"or pass --model ALIAS=provider/model, e.g. {example}")
 
 
 def _backend(spec: str, api_base: str | None) -> Any:
