@@ -66,14 +66,16 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: str | None, 
     resume an interrupted run; the trained model is exported to --out/model. With ``--ray`` the
     rollouts run on Ray workers (the same steps; at --max-lag 0 the same results).
 
+    Training needs torch: pip install 'scaffold-sdk[train]'.
+
     \b
     Examples:
-      scaffold train --steps 30                                 # SPIRAL on the pocket model
-      scaffold train --topology grpo --lr 3e-4 --steps 30
-      scaffold train --model ./my-model --data math_train --prompts generic --lora-rank 16
-      scaffold train --model ./my-model --data train.jsonl --prompts generic
-      scaffold --store runs.db train --offline --graph spiral --data train.jsonl
-      scaffold train --ray --workers 2                          # rollouts on a local Ray cluster
+      scaffold train --steps 30                     # SPIRAL on the pocket model; needs scaffold-sdk[train]
+      scaffold train --topology grpo --lr 3e-4 --steps 30                          # needs scaffold-sdk[train]
+      scaffold train --model ./my-model --data math_train --prompts generic --lora-rank 16   # needs scaffold-sdk[train]
+      scaffold train --model ./my-model --data train.jsonl --prompts generic       # needs scaffold-sdk[train]
+      scaffold --store runs.db train --offline --graph spiral --data train.jsonl   # needs scaffold-sdk[train]
+      scaffold train --ray --workers 2    # rollouts on a local Ray cluster; needs scaffold-sdk[train,cluster]
     """
     from scaffold import load_problems
     from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_model, pocket_task

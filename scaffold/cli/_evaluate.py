@@ -67,21 +67,24 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
     several comma-separated values (-p n=1,4,16) is a sweep: one evaluation per value, then a
     comparison table (and with --out an accuracy-against-tokens plot).
 
+    Without --model the models default to the local pocket model, which needs
+    pip install 'scaffold-sdk[train]'; without --data the problems are pocket problems.
+
     \b
     Examples:
-      scaffold eval rsa -p n=8 -p steps=3              # pocket model, 100 pocket problems
-      scaffold eval self_consistency -p n=1,4,16 --out out/sc   # a sweep, its table and plots
-      scaffold eval my_graphs.py:debate -p rounds=2             # your own @sf.graph function
       scaffold eval rsa --data math500 --model openai/gpt-4o-mini -p n=16   # a set shipped with scaffold
-      scaffold eval rsa --data aime24 --model openai/gpt-4o-mini -p n=16    # from the Hugging Face hub
+      scaffold eval rsa --data aime24 --model openai/gpt-4o-mini -p n=16    # from the hub; needs scaffold-sdk[hub]
+      scaffold eval self_consistency --model openai/gpt-4o-mini -p n=1,4,16 --out out/sc   # a sweep and its table
+      scaffold eval my_graphs.py:debate --model openai/gpt-4o-mini -p rounds=2   # your own @sf.graph function
       scaffold eval agglm --model solver=openai/gpt-4o-mini --model aggregator=hosted_vllm/agg \\
           --api-base http://127.0.0.1:8000/v1 --data math500 --limit 100
       scaffold eval rsa --model openai/gpt-4o-mini --data problems.jsonl --dry-run   # calls, before paying
       scaffold eval rsa --model openai/gpt-4o-mini --data gsm8k --max-cost 5
-      scaffold eval --resume rsa-pocket-3x3-test-s0-n100-1a2b3c
-      scaffold eval rsa --model openai/gpt-4o-mini --data math500 --ray auto --workers 8 \\
-          --store postgresql+psycopg://user@db/scaffold                # on a Ray cluster
-      scaffold compare rsa-pocket-3x3-test-s0-n100-1a2b3c self_consistency-pocket-3x3-test-s0-n100-4d5e6f
+      scaffold eval --resume rsa-math500-1a2b3c
+      scaffold --store postgresql+psycopg://user@db/scaffold eval rsa --model openai/gpt-4o-mini --data math500 \\
+          --ray auto --workers 8                        # on a Ray cluster; needs scaffold-sdk[cluster,postgres]
+      scaffold eval rsa -p n=8 -p steps=3         # pocket model, 100 pocket problems; needs scaffold-sdk[train]
+      scaffold compare rsa-math500-1a2b3c self_consistency-math500-4d5e6f
     """
     from scaffold.evaluation import load_report
     from scaffold.store._default import resolve_store

@@ -82,18 +82,24 @@ def main(ctx: click.Context, target: str | None) -> None:
     """Scaffold: run and evaluate topologies, compare them at equal budget, browse recorded runs, train.
 
     \b
+    The examples need `pip install 'scaffold-sdk[api]'` (and the provider's API key),
+    unless they say what else they need: the default model, the local pocket model,
+    needs scaffold-sdk[train].
+
+    \b
     Examples:
+      scaffold run self_consistency --model solver=openai/gpt-4o-mini -p n=8 --problem "12+7+30" --answer 49
+      scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49   # needs scaffold-sdk[train]
+      scaffold graph show rsa -p n=8 -p steps=3
+      scaffold eval rsa --model openai/gpt-4o-mini --data math500 --limit 100 -p n=8 -p steps=1,3 --out out/rsa
+      scaffold compare --list
       scaffold runs list --since 2h
       scaffold runs show 3f2a9c
-      scaffold --store postgresql://me@db/scaffold runs export --out calls.parquet --graph rsa
       python -m scaffold runs list --json
-      scaffold pocket build
-      scaffold train --topology spiral --steps 30
-      scaffold eval rsa -p n=8 -p steps=1,3 --limit 100 --out out/rsa
-      scaffold compare --list
-      scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49
-      scaffold graph show rsa -p n=8 -p steps=3
-      scaffold serve rsa --model solver=openai/gpt-4o-mini -p n=8 --name rsa-mini
+      scaffold --store postgresql://me@db/sf runs export --out calls.parquet   # needs scaffold-sdk[postgres,parquet]
+      scaffold serve rsa --model solver=openai/gpt-4o-mini -p n=8 --name rsa-mini   # needs scaffold-sdk[serve]
+      scaffold pocket build                                 # needs scaffold-sdk[train]
+      scaffold train --topology spiral --steps 30           # needs scaffold-sdk[train]
     """
     from scaffold.store._default import ENV_VAR, default_target
 

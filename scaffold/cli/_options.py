@@ -28,9 +28,10 @@ def model_options(command: F) -> F:
     for option in reversed([
         click.option("--model", "model_values", multiple=True, metavar="[ALIAS=]SPEC",
                      help="The model of every alias (SPEC) or of one alias (ALIAS=SPEC); repeatable. SPEC: pocket "
-                          "(default), pocket:DIR, a model directory, transformers:DIR, vllm:DIR, a model on an "
-                          "OpenAI-compatible server (hosted_vllm/NAME, or any name with --api-base) or a litellm "
-                          "name such as openai/gpt-4o-mini (litellm:SPEC forces litellm)."),
+                          "(the default, a local model that needs torch: scaffold-sdk[train]), pocket:DIR, a model "
+                          "directory, transformers:DIR, vllm:DIR, a model on an OpenAI-compatible server "
+                          "(hosted_vllm/NAME, or any name with --api-base) or a litellm name such as "
+                          "openai/gpt-4o-mini (litellm:SPEC forces litellm)."),
         click.option("--api-base", metavar="URL",
                      help="The OpenAI-compatible server of the API models (e.g. http://127.0.0.1:8000/v1)."),
         click.option("--temperature", type=float, default=1.0, show_default=True),

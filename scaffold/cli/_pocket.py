@@ -12,12 +12,14 @@ import click
 def pocket() -> None:
     """The pocket model: a tiny local reasoning model that needs no key, GPU or download.
 
+    It needs torch: pip install 'scaffold-sdk[train]'. Its problems need nothing more.
+
     \b
     Examples:
-      scaffold pocket build                # build once into the cache (a few minutes on 2 cores)
-      scaffold pocket build --rebuild
-      scaffold pocket build --quick         # a seconds-sized model for smoke tests
-      scaffold pocket build --native        # faster, but this CPU's own model
+      scaffold pocket build              # once, into the cache (minutes on 2 cores); needs scaffold-sdk[train]
+      scaffold pocket build --rebuild                                              # needs scaffold-sdk[train]
+      scaffold pocket build --quick      # a seconds-sized model for smoke tests; needs scaffold-sdk[train]
+      scaffold pocket build --native     # faster, but this CPU's own model; needs scaffold-sdk[train]
       scaffold pocket problems --n 100 --split test --out pocket_test.jsonl
     """
 

@@ -51,18 +51,20 @@ def run_command(handle: StoreHandle, topology: str, problem: str, reference: str
     """Run TOPOLOGY once on one problem; print the answer, model calls, tokens, cost and wall time.
 
     TOPOLOGY is a ready-made one or your own @sf.graph function as FILE.py:NAME or MODULE:NAME.
-    The models default to the pocket model (built on first use) with its prompts; --model binds
-    every alias (SPEC) or one (ALIAS=SPEC). `scaffold graph list` names the topologies and
-    `scaffold graph show TOPOLOGY` draws one. The run is recorded in the store: `scaffold runs
-    show ID` shows it call by call.
+    --model binds every alias (SPEC) or one (ALIAS=SPEC), e.g. --model openai/gpt-4o-mini with
+    $OPENAI_API_KEY set. Without it the models default to the local pocket model (built on first
+    use, with its prompts), which needs torch: pip install 'scaffold-sdk[train]'. `scaffold graph
+    list` names the topologies and `scaffold graph show TOPOLOGY` draws one. The run is recorded
+    in the store: `scaffold runs show ID` shows it call by call.
 
     \b
     Examples:
-      scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49
+      scaffold run self_consistency --model solver=openai/gpt-4o-mini -p n=8 --problem "12+7+30" --answer 49
       scaffold run rsa -p n=8 -p steps=3 --problem "What is 17*23?" --model openai/gpt-4o-mini
       cat problem.txt | scaffold run best_of_n --model openai/gpt-4o-mini --model judge=openai/gpt-4o --problem -
       scaffold run single_sample --model hosted_vllm/qwen --api-base http://localhost:8000/v1 --problem "2+2"
-      scaffold --store runs.db run self_consistency --problem "1+2+3" --seed 0 --json
+      scaffold --store runs.db run self_consistency --model openai/gpt-4o-mini --problem "1+2+3" --seed 0 --json
+      scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49   # pocket model; needs scaffold-sdk[train]
     """
     text = _problem_text(problem)
     graph, bound = prepare(topology, split_params(params), model_values, api_base=api_base, prompts=prompts,

@@ -74,7 +74,7 @@ def runs() -> None:
     Examples:
       scaffold runs list --graph rsa --since 2h
       scaffold runs show 3f2a9c
-      scaffold runs export --out calls.parquet --dataset aime24 --status ok
+      scaffold runs export --out calls.parquet --dataset aime24 --status ok   # needs scaffold-sdk[parquet]
     """
 
 
@@ -354,16 +354,18 @@ def export_command(out: str | None, fmt: str | None, endpoint: str | None, heade
     Each row has the run (id, graph, dataset, item, status, seed), the trace (id, node, index,
     kind, alias, model, backend), its request (messages, prompt, params), its output (text,
     answer, token ids, logprobs), usage, cost, latency, status, the trace ids it read (inputs)
-    and its rewards. Nothing selected means every run. Parquet needs
-    pip install scaffold-sdk[parquet]. Load the file with datasets.load_dataset("json" or
-    "parquet", data_files=PATH) or pandas.
+    and its rewards. Nothing selected means every run. Load the file with
+    datasets.load_dataset("json" or "parquet", data_files=PATH) or pandas.
+
+    \b
+    Parquet needs pip install 'scaffold-sdk[parquet]'; OTLP, pip install 'scaffold-sdk[otel]'.
 
     \b
     Examples:
       scaffold runs export --out calls.jsonl
-      scaffold runs export --out calls.parquet --graph rsa --status ok --since 7d
+      scaffold runs export --out calls.parquet --graph rsa --status ok --since 7d   # needs scaffold-sdk[parquet]
       scaffold runs export --out one.jsonl --run 3f2a9c --run 81be07
-      scaffold runs export --format otlp --endpoint http://127.0.0.1:4318 --graph rsa --since 1d
+      scaffold runs export --format otlp --endpoint http://127.0.0.1:4318 --since 1d   # needs scaffold-sdk[otel]
     """
     from scaffold.store._export import export, export_format
 

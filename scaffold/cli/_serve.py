@@ -19,13 +19,15 @@ from scaffold.cli._options import split_params
 @click.command("serve")
 @click.argument("topology", required=False)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="A server config (TOML) naming every served model; see `scaffold.serve._config`.")
+              help="A server config (TOML) naming every served model and its limits: the [server], [models.NAME] "
+                   "and [served.NAME] tables of scaffold.serve.ServerConfig (the serving guide shows one).")
 @click.option("--name", metavar="NAME", help="The model name clients ask for (default: the topology's name).")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
               help="A build parameter of TOPOLOGY (repeatable), e.g. -p n=8 -p steps=3.")
 @click.option("--model", "model_values", multiple=True, metavar="[ALIAS=]SPEC",
               help="The model of every alias (SPEC) or one (ALIAS=SPEC), as for `scaffold run`; with --config, "
-                   "for the aliases the config leaves unbound. Default: the pocket model.")
+                   "for the aliases the config leaves unbound. Default: the pocket model (needs "
+                   "scaffold-sdk[train]).")
 @click.option("--api-base", metavar="URL", help="The OpenAI-compatible server of the API models.")
 @click.option("--prompts", type=click.Choice(["pocket", "generic"]), help="The pocket model's prompts or the "
               "topology's own (default: pocket when every alias runs on a pocket model).")
@@ -59,12 +61,15 @@ def serve_command(handle: StoreHandle, topology: str | None, config_path: str | 
     in the store (`scaffold runs show RUN`, the run id is in the x-scaffold-run-id header). Per request,
     `extra_body={"scaffold": {"params": {...}}}` sets build parameters.
 
+    Needs pip install 'scaffold-sdk[serve]' (FastAPI and uvicorn).
+
     \b
     Examples:
-      scaffold serve single_sample --model pocket --port 8000
-      scaffold serve rsa --model solver=openai/gpt-4o-mini -p population=8 --name rsa-mini
-      scaffold serve mixture_of_agents --model hosted_vllm/qwen --api-base http://127.0.0.1:8001/v1
-      scaffold serve --config serve.toml --api-keys-env SCAFFOLD_API_KEYS
+      scaffold serve rsa --model solver=openai/gpt-4o-mini -p n=8 --name rsa-mini   # needs scaffold-sdk[serve]
+      scaffold serve mixture_of_agents --model hosted_vllm/qwen \\
+          --api-base http://127.0.0.1:8001/v1                                       # needs scaffold-sdk[serve]
+      scaffold serve --config serve.toml --api-keys-env SCAFFOLD_API_KEYS           # needs scaffold-sdk[serve]
+      scaffold serve single_sample --model pocket --port 8000                       # needs scaffold-sdk[serve,train]
     """
     from scaffold.serve import ConfigError, ServerConfig
 

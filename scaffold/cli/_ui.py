@@ -25,12 +25,13 @@ def ui_command(handle: StoreHandle, store_target: str | None, host: str, port: i
                training_logs: tuple[str, ...], allowed_hosts: tuple[str, ...]) -> None:
     """Look at recorded runs in the browser: runs, one run's executed DAG, evaluations side by side, training.
 
-    Everything is served from this machine (no internet needed); open the printed address.
+    Everything is served from this machine (no internet needed); open the printed address. Needs
+    pip install 'scaffold-sdk[serve]' (the server of `scaffold serve`).
 
     \b
     Examples:
-      scaffold ui                                   # ./scaffold.db on http://127.0.0.1:8700
-      scaffold ui --store runs.db --port 9000 --training-log out/train/log.jsonl
+      scaffold ui                      # ./scaffold.db on http://127.0.0.1:8700; needs scaffold-sdk[serve]
+      scaffold ui --store runs.db --port 9000 --training-log out/train/log.jsonl   # needs scaffold-sdk[serve]
     """
     from scaffold.serve._guard import default_hosts
     from scaffold.serve._http import is_loopback
