@@ -283,17 +283,18 @@ def parse(line: str) -> list[tuple[click.Command, dict[str, Any]]]:
         command, parent = sub, ctx
 
 
-def pocket_bound(params: dict[str, Any]) -> bool:
-    """Whether a command that runs a topology leaves an alias on the pocket model (or another local one)."""
+def local_models(params: dict[str, Any]) -> set[str]:
+    """The extras of the local models a command that runs a topology binds (the pocket model: [train])."""
     specs = parse_model_options(params.get("model_values") or ())
     topology = params.get("topology")
     if topology is None:  # serve --config binds in the file; eval --resume as recorded
-        return "-pocket-" in (params.get("resume_name") or "")
+        return {"train"} if "-pocket-" in (params.get("resume_name") or "") else set()
     if topology not in TOPOLOGIES:  # FILE.py:NAME: only a plain --model surely binds every alias
-        return None not in specs
+        return set() if None in specs else {"train"}
     aliases = topology_aliases(topology, split_params([p.split(",")[0] for p in params["params"]]))
     chosen = [specs.get(alias, specs.get(None, "pocket")) for alias in aliases]
-    return any(spec.startswith(("pocket", "transformers:", "vllm:")) for spec in chosen)
+    return {"vllm" if spec.startswith("vllm:") else "train" for spec in chosen
+            if spec.startswith(("pocket", "transformers:", "vllm:"))}
 
 
 def needs(chain: list[tuple[click.Command, dict[str, Any]]]) -> set[str]:
@@ -305,8 +306,8 @@ def needs(chain: list[tuple[click.Command, dict[str, Any]]]) -> set[str]:
         found.add("train")
     if path in (("serve",), ("ui",)):
         found.add("serve")
-    if "model_values" in params and pocket_bound(params):
-        found.add("train")
+    if "model_values" in params:
+        found |= local_models(params)
     if params.get("ray_address") is not None:
         found.add("cluster")
     data = params.get("data") if path == ("eval",) else None
