@@ -216,6 +216,6 @@ def test_missing_matplotlib_is_an_evaluation_error(reports, tmp_path, monkeypatc
     for module in ("matplotlib", "matplotlib.figure", "matplotlib.backends", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, module, None)
     assert budget_points([reports["sc1"]])
-    with pytest.raises(EvaluationError, match=r"pip install scaffold-sdk\[plot\]"):
+    with pytest.raises(EvaluationError, match=r"pip install 'scaffold-sdk\[plot\]'"):
         plot_budget([reports["sc1"]], tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()

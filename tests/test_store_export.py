@@ -211,7 +211,7 @@ def test_parquet_without_pyarrow_names_the_extra(store: Store, tmp_path: Path,
     """Without pyarrow, a Parquet export raises ``StoreError`` saying which extra to install, and writes nothing."""
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(StoreError, match=r"pip install scaffold-sdk\[parquet\]"):
+    with pytest.raises(StoreError, match=r"pip install 'scaffold-sdk\[parquet\]'"):
         export(store, tmp_path / "out.parquet")
     assert not (tmp_path / "out.parquet").exists()
 
