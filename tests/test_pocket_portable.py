@@ -40,7 +40,7 @@ def test_a_portable_build_ignores_the_callers_kernel_settings(clean_portable: tu
         monkeypatch.setenv(name, "SSE4_2")
     second = build_pocket_model(tmp_path / "steered", config, progress=False)
     assert weights(clean) == weights(tmp_path / "steered")
-    assert first.arithmetic == second.arithmetic == "portable (MKL COMPATIBLE, ATen AVX2, x86_64)"
+    assert first.arithmetic == second.arithmetic == "portable (MKL AVX2, ATen AVX2, x86_64)"
     assert json.loads((clean / "pocket_report.json").read_text())["arithmetic"] == first.arithmetic
     assert first.cpu == cpu_name() != "" and json.loads((clean / "pocket_report.json").read_text())["cpu"] == first.cpu
     assert isinstance(first, BuildReport) and first.steps == 12 and first.eval["problems"] == 4
@@ -81,7 +81,7 @@ def test_config_and_report_survive_their_json() -> None:
         PocketConfig.from_dict({"no_such_field": 1})
     report = BuildReport(build_seconds=1.5, train_seconds=1.0, steps=9, params=10, pass1=0.4, pass8=0.9, maj8=0.5,
                          maj4=0.45, agg4=0.6, checks=((5, 0.1),), selection=((9, {"pass1": 0.4}),),
-                         arithmetic="portable (MKL COMPATIBLE, ATen AVX2, x86_64)")
+                         arithmetic="portable (MKL AVX2, ATen AVX2, x86_64)")
     assert BuildReport.from_dict(json.loads(json.dumps(asdict(report)))) == report
     assert set(PORTABLE_ENV) == {"MKL_CBWR", "ATEN_CPU_CAPABILITY"}
 

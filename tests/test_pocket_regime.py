@@ -107,6 +107,62 @@ def test_a_training_with_no_eligible_checkpoint_is_retried_from_a_derived_seed(t
         build_pocket_model(tmp_path / "none", PocketConfig.quick(attempts=0), progress=False)
 
 
+def _scripted_training(monkeypatch: pytest.MonkeyPatch, climb: list[float], **overrides: Any) -> tuple[Any, list]:
+    """train() on a tiny real model whose climb checks read ``climb`` in turn (the last value repeats); returns
+    the Trained and the calls made, as ("climb", step) and ("regime", step)."""
+    import scaffold.pocket._train as train_module
+
+    calls: list[tuple[str, int]] = []
+    readings = iter(climb)
+    last = [0.0]
+
+    def climb_check(model: Any, tokenizer: Any, task: Any, rows: Any, *, samples: int, seed: int) -> float:
+        step = seed - config.seed
+        calls.append(("climb", step))
+        last[0] = next(readings, last[0])
+        return last[0]
+
+    def regime_check(model: Any, tokenizer: Any, task: Any, rows: Any, *, seed: int) -> dict[str, float]:
+        calls.append(("regime", seed - config.seed))
+        return figures(pass1=last[0], agg4=0.57)  # inside the regime, never eligible with the margin
+
+    monkeypatch.setattr(train_module, "check_accuracy", climb_check)
+    monkeypatch.setattr(train_module, "check_figures", regime_check)
+    config = PocketConfig.quick(check_from=1, check_every=1, select_every=2, own_share=0.0, seed=3, **overrides)
+    tokenizer = build_tokenizer()
+    model = train_module.new_model(config, tokenizer)
+    rows = config.task.problems(48, seed=1, split="validation")
+    return train_module.train(model, tokenizer, config, rows, lambda _: None), calls
+
+
+def test_the_selection_gate_checks_the_regime_only_from_the_band_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With select_gate, a selection step below the band makes one climb-sized check and no regime check; once a
+    check reads the band, every selection step is a regime check alone."""
+    trained, calls = _scripted_training(monkeypatch, [0.0, 0.2, 0.22, 0.24, 0.3], select_gate=True,
+                                        select_max_checks=3, max_steps=40)
+    # climb checks come every other step while nothing is answered: step 2 reads 0.0, step 4 reads 0.2 >=
+    # select_from: selecting; steps 6 and 8 read 0.22 and 0.24, under the band's 0.25; step 10 reads 0.3, so its
+    # regime check follows, and steps 12 and 14 check the regime directly (three checks: the limit)
+    assert calls == [("climb", 2), ("climb", 4), ("climb", 6), ("climb", 8), ("climb", 10), ("regime", 10),
+                     ("regime", 12), ("regime", 14)]
+    assert [step for step, _ in trained.checks] == [2, 4, 6, 8, 10]
+    assert [c.step for c in trained.selection.checkpoints] == [10, 12, 14] and trained.steps == 14
+
+
+def test_without_the_gate_every_selection_step_checks_the_regime(monkeypatch: pytest.MonkeyPatch) -> None:
+    trained, calls = _scripted_training(monkeypatch, [0.0, 0.2], select_gate=False, select_max_checks=3,
+                                        max_steps=40)
+    assert calls == [("climb", 2), ("climb", 4), ("regime", 6), ("regime", 8), ("regime", 10)]
+    assert trained.steps == 10
+
+
+def test_a_climb_stalled_under_the_band_ends_at_the_selection_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gated looks count toward select_max_checks: a climb that never reaches the band does not train to max_steps."""
+    trained, calls = _scripted_training(monkeypatch, [0.2], select_gate=True, select_max_checks=4, max_steps=500)
+    assert calls == [("climb", 2), ("climb", 4), ("climb", 6), ("climb", 8), ("climb", 10)]
+    assert trained.steps == 10 and not trained.selection.checkpoints
+
+
 def test_a_training_lands_only_when_its_checkpoint_is_eligible_and_confirmed() -> None:
     """landed(): eligible on the selection checks with the margin, and inside the regime on fresh problems."""
     from scaffold.pocket._train import Trained, landed

@@ -30,7 +30,7 @@ def pocket() -> None:
               help="The seconds-sized model of the tests (2 x 2-digit sums), not the default one.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds weights, data and checks.")
 @click.option("--native", is_flag=True,
-              help="Train with this CPU's fastest kernels (about 1.6x faster) instead of the portable arithmetic "
+              help="Train with this CPU's own kernels (about as fast) instead of the portable arithmetic "
                    "(pinned MKL and ATen kernels, whatever the caller's settings).")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where models are cached (default: $SCAFFOLD_CACHE, else ~/.cache/scaffold).")

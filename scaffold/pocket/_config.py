@@ -10,7 +10,7 @@ from typing import Any
 from scaffold.pocket._regime import Regime
 from scaffold.pocket._task import PocketTask
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Bumped whenever the task text, prompts, tokenizer or training code change what a build produces."""
 
 
@@ -21,8 +21,9 @@ class PocketConfig:
     Training is deterministic given ``seed`` and ``threads`` on one machine. With ``portable=True``
     (the default) the build trains in a child process with pinned MKL and ATen kernels (see
     :mod:`scaffold.pocket._portable`), so nothing the caller sets changes it; it still differs between
-    an Intel and an AMD processor (measured: seed 0 keeps step 630 on an AMD EPYC, 650 on an Intel
-    Xeon). The way the checkpoint is chosen aims every build at the aggregation regime
+    an Intel and an AMD processor (measured with an earlier pinning: seed 0 kept step 630 on an AMD EPYC,
+    650 on an Intel Xeon), though not between thread counts (seed 0 keeps step 540 with 1 or 2 threads on an
+    AMD EPYC). The way the checkpoint is chosen aims every build at the aggregation regime
     (:class:`~scaffold.pocket.Regime`) on any machine:
 
     1. *climb*: from ``check_from`` on, every ``check_every`` steps the weight average samples
@@ -32,9 +33,11 @@ class PocketConfig:
     2. *select*: once it reaches ``select_from``, the learning rate is scaled by
        ``select_lr_scale`` and every ``select_every`` steps the average is checked against the
        regime on ``select_problems`` validation problems (8 samples each, maj@4 and agg@4 on
-       their two groups of four); training ends when selection is done (see
-       :class:`~scaffold.pocket._regime.Selection`) or at ``max_steps``, and the build keeps the
-       chosen checkpoint;
+       their two groups of four); with ``select_gate``, a climb-sized pass@1 check comes first
+       and the regime check is made only once it reads at least the band's low end (a regime
+       check costs about ten climb checks, and below the band none is eligible); training ends
+       when selection is done (see :class:`~scaffold.pocket._regime.Selection`) or at
+       ``max_steps``, and the build keeps the chosen checkpoint;
     3. *confirm*: the kept checkpoint is checked once more on ``confirm_problems`` validation problems
        selection never read; when it misses the regime there (or nothing was eligible), the build
        trains afresh (see ``attempts``).
@@ -61,8 +64,8 @@ class PocketConfig:
     threads: int = 2
     """Torch threads while building (results can depend on it in the last bits)."""
     portable: bool = True
-    """Train with pinned kernels (MKL's COMPATIBLE branch and ATen's AVX2 kernels, in a child process;
-    about 1.6x the training time): the same model from run to run whatever the caller's kernel
+    """Train with pinned kernels (MKL's AVX2 branch and ATen's AVX2 kernels, in a child process;
+    about as fast as native): the same model from run to run whatever the caller's kernel
     settings, though an Intel and an AMD processor still train different ones. ``False``: this
     process's native arithmetic, faster."""
     max_steps: int = 3000
@@ -84,20 +87,23 @@ class PocketConfig:
     weight_decay: float = 0.1
     ema_decay: float = 0.98
     """The model checked and kept is this exponential moving average of the trained weights."""
-    check_from: int = 200
+    check_from: int = 300
     check_every: int = 25
     """How often the climb is checked once the model answers some problems (``own_from``); twice as seldom before."""
     check_problems: int = 64
-    check_samples: int = 4
+    check_samples: int = 2
     select_from: float = 0.15
     """The climb check's pass@1 at which selection starts."""
     select_every: int = 10
-    select_problems: int = 96
+    select_problems: int = 64
     select_lr_scale: float = 0.5
     select_margin: float = 0.05
     """How far inside every criterion of the regime an eligible checkpoint must be."""
-    select_after_eligible: int = 3
+    select_after_eligible: int = 2
     """Checks made after the first eligible one before selection ends."""
+    select_gate: bool = True
+    """Whether a selection check starts with a climb check and goes on to the regime only once its pass@1 reads
+    at least :attr:`Regime.pass1_low`."""
     select_max_checks: int = 24
     confirm_problems: int = 96
     """Fresh validation problems (none of those selection read) the kept checkpoint is checked on once a
@@ -127,6 +133,7 @@ class PocketConfig:
             digits=2, terms=2, hidden_size=64, layers=3, heads=2, kv_heads=2, intermediate_size=128,
             max_steps=1500, ema_decay=0.9, check_from=100, check_problems=32, check_samples=2,
             select_problems=48, confirm_problems=48, eval_problems=64,
+            select_after_eligible=3, select_gate=False,
         )
         return cls(**{**values, **overrides})
 
@@ -190,7 +197,7 @@ class BuildReport:
     confirmation: dict[str, float] = field(default_factory=dict)
     """The kept checkpoint's figures on the confirmation problems (empty with ``confirm_problems=0``)."""
     arithmetic: str = ""
-    """How the build computed, e.g. ``"portable (MKL COMPATIBLE, ATen AVX2, x86_64)"``
+    """How the build computed, e.g. ``"portable (MKL AVX2, ATen AVX2, x86_64)"``
     (see :attr:`PocketConfig.portable`)."""
     cpu: str = ""
     """The processor it was built on, e.g. ``"GenuineIntel Intel(R) Xeon(R) Processor"``: builds of one

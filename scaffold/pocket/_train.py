@@ -203,7 +203,7 @@ def train(model: Any, tokenizer: Any, config: PocketConfig, validation: list[dic
     selection = Selection(config.regime, margin=config.select_margin, target_pass1=config.target_pass1,
                           after_eligible=config.select_after_eligible, max_checks=config.select_max_checks)
     checks: list[tuple[int, float]] = []
-    accuracy, selecting = 0.0, False
+    accuracy, selecting, gated = 0.0, False, 0
     model.train()
     step, started = 0, time.perf_counter()
     for step in range(1, config.max_steps + 1):
@@ -223,7 +223,14 @@ def train(model: Any, tokenizer: Any, config: PocketConfig, validation: list[dic
         average.update(step)
         # 4) climb: pass@1 of the average; select: every criterion of the regime
         elapsed = time.perf_counter() - started
-        if selecting and step % config.select_every == 0:
+        if selecting and step % config.select_every == 0 and config.select_gate and below_band(
+                model, tokenizer, config, validation, average, step, checks):
+            accuracy, gated = checks[-1][1], gated + 1
+            say(f"  step {step:5d}  loss {loss:.3f}  pass1 {accuracy:.3f}  (below the band: no regime check)  "
+                f"{elapsed:.0f} s")
+            if gated + len(selection.checkpoints) >= config.select_max_checks:  # a climb stalled under the band
+                break
+        elif selecting and step % config.select_every == 0:
             with average.swapped_in():
                 figures = check_figures(model, tokenizer, task, validation[: config.select_problems],
                                         seed=config.seed + step)
@@ -245,6 +252,22 @@ def train(model: Any, tokenizer: Any, config: PocketConfig, validation: list[dic
     average.copy_to_model(chosen.weights if chosen is not None else None)
     return Trained(steps=step, chosen_step=chosen.step if chosen is not None else step, checks=checks,
                    selection=selection)
+
+
+def below_band(model: Any, tokenizer: Any, config: PocketConfig, validation: list[dict[str, str]],
+               average: WeightAverage, step: int, checks: list[tuple[int, float]]) -> bool:
+    """Whether the average's climb-sized pass@1 (recorded in ``checks``) is still under the regime's band.
+
+    Returns ``False`` (go on to the regime check) without checking once a check has read the band:
+    the climb only rises from there.
+    """
+    if checks and checks[-1][1] >= config.regime.pass1_low:
+        return False
+    with average.swapped_in():
+        accuracy = check_accuracy(model, tokenizer, config.task, validation[: config.check_problems],
+                                  samples=config.check_samples, seed=config.seed + step)
+    checks.append((step, accuracy))
+    return accuracy < config.regime.pass1_low
 
 
 class WeightAverage:
