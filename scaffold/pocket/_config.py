@@ -22,8 +22,7 @@ class PocketConfig:
     (the default) the build trains in a child process with pinned MKL and ATen kernels (see
     :mod:`scaffold.pocket._portable`), so nothing the caller sets changes it; it still differs between
     an Intel and an AMD processor (measured with an earlier pinning: seed 0 kept step 630 on an AMD EPYC,
-    650 on an Intel Xeon), though not between thread counts (seed 0 keeps step 540 with 1 or 2 threads on an
-    AMD EPYC). The way the checkpoint is chosen aims every build at the aggregation regime
+    650 on an Intel Xeon), though not with the thread count (the same weights with 1 or 2 threads). The way the checkpoint is chosen aims every build at the aggregation regime
     (:class:`~scaffold.pocket.Regime`) on any machine:
 
     1. *climb*: from ``check_from`` on, every ``check_every`` steps the weight average samples
@@ -62,7 +61,8 @@ class PocketConfig:
     seed: int = 0
     """Seeds the weights, the training problems and candidates, and the checks' sampling."""
     threads: int = 2
-    """Torch threads while building (results can depend on it in the last bits)."""
+    """Torch threads while building (a portable build trains the same weights on any count; a native one can
+    differ in the last bits)."""
     portable: bool = True
     """Train with pinned kernels (MKL's AVX2 branch and ATen's AVX2 kernels, in a child process;
     about as fast as native): the same model from run to run whatever the caller's kernel
