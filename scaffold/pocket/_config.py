@@ -22,8 +22,9 @@ class PocketConfig:
     (the default) the build trains in a child process with pinned MKL and ATen kernels (see
     :mod:`scaffold.pocket._portable`), so nothing the caller sets changes it; it still differs between
     an Intel and an AMD processor (measured with an earlier pinning: seed 0 kept step 630 on an AMD EPYC,
-    650 on an Intel Xeon), though not with the thread count (the same weights with 1 or 2 threads). The way the checkpoint is chosen aims every build at the aggregation regime
-    (:class:`~scaffold.pocket.Regime`) on any machine:
+    650 on an Intel Xeon), though not with the thread count (the same weights with 1 or 2 threads). The way
+    the checkpoint is chosen aims every build at the aggregation regime (:class:`~scaffold.pocket.Regime`)
+    on any machine:
 
     1. *climb*: from ``check_from`` on, every ``check_every`` steps the weight average samples
        ``check_samples`` temperature-1 solutions of ``check_problems`` validation problems;

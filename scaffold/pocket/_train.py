@@ -75,14 +75,14 @@ def build_pocket_model(
         >>> report = build_pocket_model("/tmp/pocket", PocketConfig(max_steps=300))  # doctest: +SKIP
         >>> report.pass1, report.agg4  # doctest: +SKIP
     """
-    import torch
-
     config = config or PocketConfig()
     if config.attempts < 1:
         raise ValueError(f"PocketConfig.attempts must be at least 1, not {config.attempts}")
     config.task  # noqa: B018 (a bad task raises here, before any child starts)
     if config.portable and x86_64() and not in_portable_process():
         return BuildReport.from_dict(build_in_child(Path(out_dir), config, progress=progress))
+    import torch  # here, not above: a portable build's parent never needs it
+
     say: Callable[[str], None] = print if progress else (lambda _: None)
     started = time.perf_counter()
     threads = torch.get_num_threads()
