@@ -22,6 +22,7 @@ though not the same on an Intel and an AMD processor (:attr:`BuildReport.cpu` sa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import random
@@ -80,6 +81,8 @@ def build_pocket_model(
         raise ValueError(f"PocketConfig.attempts must be at least 1, not {config.attempts}")
     config.task  # noqa: B018 (a bad task raises here, before any child starts)
     if config.portable and x86_64() and not in_portable_process():
+        if importlib.util.find_spec("torch") is None:  # said here, as a missing module, not by the child
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
         return BuildReport.from_dict(build_in_child(Path(out_dir), config, progress=progress))
     import torch  # here, not above: a portable build's parent never needs it
 
