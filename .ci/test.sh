@@ -18,7 +18,11 @@ bash .ci/postgres.sh || exit 1
 bash .ci/chromium.sh || exit 1
 # -rs: every skip prints its reason (only GPU and platform skips are expected; with CI=true a test skipped for
 # a package that does not import fails instead: tests/conftest.py)
-"$BIN/python" -m pytest --durations=40 -rs "$@"
+# -n: pytest-xdist workers (two by default: most tests wait on servers, subprocesses and sockets, so one process
+# keeps two cores three-quarters idle); the tests that share the session's Ray cluster run on one worker
+# (loadgroup). OpenMP threads sleep at barriers instead of spinning, as the workers share the cores.
+export OMP_WAIT_POLICY=PASSIVE
+"$BIN/python" -m pytest -n "${SCAFFOLD_TEST_WORKERS:-2}" --dist loadgroup --durations=40 -rs "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests" >&2

@@ -13,7 +13,9 @@ Two ways to start them:
 * ``.ci/test.sh`` starts both before lint and type checks (``python tests/background_builds.py start DIR``)
   and hands ``DIR`` to pytest as ``$SCAFFOLD_TEST_BUILDS``: the session attaches to the running builds, so
   they get the minutes lint, mypy and collection take;
-* otherwise the session starts the builds its collected tests need, right after collection.
+* otherwise the session starts the builds its collected tests need, right after collection; under
+  pytest-xdist (``-n N``) the controller makes the directory and its workers attach to it, the first to
+  ask starting each build.
 
 Each build runs under a small runner (``python background_builds.py run LOGS -- COMMAND``) that writes
 the command's output to ``LOGS/out`` and ``LOGS/err`` and its exit status to ``LOGS/rc``, so whoever
@@ -51,11 +53,17 @@ class Build:
 
     @property
     def started(self) -> bool:
-        return (self.logs / "pid").exists()
+        return (self.logs / "claimed").exists()
 
     def start(self) -> None:
-        """Start the runner (in its own process group, at ``nice``), unless this build was started already."""
-        if self.started:
+        """Start the runner (in its own process group, at ``nice``), unless this build was started already.
+
+        Whoever makes the ``claimed`` directory starts it (``mkdir`` is atomic): two test processes (pytest-xdist's
+        workers) asking at once start one build, and both wait for it.
+        """
+        try:
+            (self.logs / "claimed").mkdir()
+        except FileExistsError:
             return
         runner = [sys.executable, __file__, "run", str(self.logs), "--", *self.command]
         quiet = subprocess.DEVNULL
@@ -66,13 +74,18 @@ class Build:
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
         self.process = subprocess.Popen(runner, cwd=ROOT, stdin=quiet, stdout=quiet, stderr=quiet, env=env,
                                         process_group=0, preexec_fn=lambda: os.nice(self.nice))
-        (self.logs / "pid").write_text(str(self.process.pid))
+        (self.logs / "pid.tmp").write_text(str(self.process.pid))
+        os.replace(self.logs / "pid.tmp", self.logs / "pid")  # whole or absent, as ``rc``
 
     def result(self, timeout: float = 1800) -> tuple[int, str, str]:
         """``(returncode, stdout, stderr)``, once the build has ended (started here if nobody started it)."""
         self.start()
-        pid = int((self.logs / "pid").read_text())
         deadline = time.monotonic() + timeout
+        while not (self.logs / "pid").exists():  # claimed by another process, which is starting it
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the build {self.command} was claimed but never started")
+            time.sleep(0.1)
+        pid = int((self.logs / "pid").read_text())
         while not (self.logs / "rc").exists():
             if self.process is not None:
                 self.process.poll()  # reaps our own runner once it ends
@@ -114,9 +127,11 @@ def _alive(pid: int) -> bool:
 class Builds:
     """The quick build (``scaffold pocket build --quick``) and the default one (``build_pocket_model``)."""
 
-    def __init__(self, root: str | Path | None = None) -> None:
+    def __init__(self, root: str | Path | None = None, *, owned: bool | None = None) -> None:
+        """Under ``root`` (default ``$SCAFFOLD_TEST_BUILDS``, else a new directory). ``owned``: whether :meth:`close`
+        stops the builds and removes the directory (default: only a directory made here)."""
         given = root if root is not None else os.environ.get(ENV)
-        self.owned = not given
+        self.owned = not given if owned is None else owned
         self.root = Path(given) if given else Path(tempfile.mkdtemp(prefix="scaffold-test-pockets-"))
         self.quick_cache = self.root / "pocket-cache"
         self.default_dir = self.root / "pocket-default" / "model"
@@ -135,10 +150,14 @@ class Builds:
             self.default.start()
 
     def close(self) -> None:
+        """Stop and remove the builds this object made its directory for; attached ones are their starter's."""
+        if self.owned:
+            self.stop()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def stop(self) -> None:
         self.quick.stop()
         self.default.stop()
-        if self.owned:
-            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _run(logs: Path, command: list[str]) -> int:
@@ -158,7 +177,7 @@ def main(argv: list[str]) -> int:
         if argv[0] == "start":
             builds.start(quick=True, default=True)
         else:
-            builds.close()
+            builds.stop()
         return 0
     if len(argv) >= 4 and argv[0] == "run" and argv[2] == "--":
         return _run(Path(argv[1]), argv[3:])

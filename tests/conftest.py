@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from background_builds import ENV as BUILDS_ENV
 from background_builds import Builds
 from helpers import boxed, numbered_script
 
@@ -43,7 +44,11 @@ SEED = pytest.StashKey[int]()
 
 
 def seed_of(nodeid: str) -> int:
-    """The seed of the test ``nodeid``: :data:`BASE_SEED` mixed with the node id (below 2**32, as numpy wants)."""
+    """The seed of the test ``nodeid``: :data:`BASE_SEED` mixed with the node id (below 2**32, as numpy wants).
+
+    pytest-xdist's ``loadgroup`` appends ``@GROUP`` to a grouped test's node id; the seed is the plain id's.
+    """
+    nodeid = nodeid.removesuffix(f"@{RAY_GROUP}")
     return int.from_bytes(hashlib.sha256(f"{BASE_SEED}/{nodeid}".encode()).digest()[:4], "big")
 
 
@@ -203,7 +208,28 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 BUILDS = Builds()
-"""The session's pocket builds: attached to when ``.ci/test.sh`` started them, else started after collection."""
+"""The session's pocket builds: attached to when ``.ci/test.sh`` started them (or, under pytest-xdist, when the
+controller made their directory), else started after collection."""
+RAY_GROUP = "ray"
+"""The pytest-xdist group of every test that uses the session's Ray cluster: one worker runs them all, so one
+cluster starts (``--dist loadgroup``)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the controller makes the builds' directory for its workers, which attach to it."""
+    global BUILDS
+    xdist_controller = (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+                        and bool(config.getoption("numprocesses", None)))
+    if xdist_controller and not os.environ.get(BUILDS_ENV):
+        BUILDS.close()  # its own empty directory
+        BUILDS = Builds(tempfile.mkdtemp(prefix="scaffold-test-pockets-"), owned=True)
+        os.environ[BUILDS_ENV] = str(BUILDS.root)  # the workers start after configure, with this environment
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Group the tests that use the session's Ray cluster (collection time: before pytest-xdist reads groups)."""
+    if _uses(item, "ray_local"):
+        item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
 
 
 def _uses(item: pytest.Item, fixture: str) -> bool:

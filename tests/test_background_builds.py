@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from background_builds import Build
@@ -24,3 +25,16 @@ def test_a_stopped_build_reports_that_it_ended_without_a_status(tmp_path: Path) 
     build.stop()
     returncode, _, err = build.result(timeout=30)
     assert returncode == -1 and "without an exit status" in err
+
+
+def test_two_processes_asking_at_once_start_one_build(tmp_path: Path) -> None:
+    # pytest-xdist's workers attach to one directory: whoever claims a build starts it, the other waits for it
+    marker = tmp_path / "runs"
+    command = [sys.executable, "-c", f"import pathlib; p = pathlib.Path({str(marker)!r}); "
+               "p.write_text(p.read_text() + 'x' if p.exists() else 'x'); print('built')"]
+    builds = [Build(command, 0, tmp_path / "logs") for _ in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda build: build.result(timeout=60), builds))
+    assert results == [(0, "built\n", "")] * 4
+    assert marker.read_text() == "x"
+    assert sum(build.process is not None for build in builds) == 1
