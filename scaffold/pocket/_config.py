@@ -88,7 +88,7 @@ class PocketConfig:
     weight_decay: float = 0.1
     ema_decay: float = 0.98
     """The model checked and kept is this exponential moving average of the trained weights."""
-    check_from: int = 300
+    check_from: int = 400
     check_every: int = 25
     """How often the climb is checked once the model answers some problems (``own_from``); twice as seldom before."""
     check_problems: int = 64
@@ -100,7 +100,7 @@ class PocketConfig:
     select_lr_scale: float = 0.5
     select_margin: float = 0.05
     """How far inside every criterion of the regime an eligible checkpoint must be."""
-    select_after_eligible: int = 2
+    select_after_eligible: int = 1
     """Checks made after the first eligible one before selection ends."""
     select_gate: bool = True
     """Whether a selection check starts with a climb check and goes on to the regime only once its pass@1 reads
@@ -117,7 +117,7 @@ class PocketConfig:
     meets it with the margin on validation, or the kept one misses it on the confirmation problems, the
     build trains afresh from the seed ``seed + 1000 * attempt``; the last training is kept if none lands."""
     regime: Regime = field(default_factory=Regime)
-    eval_problems: int = 200
+    eval_problems: int = 100
     """Held-out problems the build evaluates the saved model on (always the same ones, seed 0)."""
     eval_samples: int = 8
     eval_k: int = 4
