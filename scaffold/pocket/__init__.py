@@ -24,7 +24,7 @@ directory.
             population = sf.aggregate(population, model="pocket", prompt=AGGREGATE_PROMPT, k=k, n=n)
         return sf.vote(population)
 
-    backend = sf.TransformersBackend(pocket_model())  # built on first use (about 6 minutes on 2 cores), then cached
+    backend = sf.TransformersBackend(pocket_model())  # built on first use (about 3 minutes on 2 cores), then cached
     row = PocketTask().problems(1, seed=0, split="test")[0]
     print(rsa.run_sync({"problem": row["problem"]}, models={"pocket": backend}, store=None).answer, row["answer"])
 

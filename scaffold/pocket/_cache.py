@@ -40,7 +40,7 @@ def pocket_model(
 
     The directory is ``<root>/<config fingerprint>`` (see :func:`cache_root`); it holds the model
     and tokenizer (``save_pretrained``), ``scaffold.json`` and ``pocket_report.json``. Building the
-    default model takes about six minutes on two CPU cores (in portable arithmetic: see
+    default model takes about three minutes on two CPU cores (in portable arithmetic: see
     :attr:`PocketConfig.portable`); later calls return at once.
     ``rebuild=True`` trains it again and replaces the cached copy.
 

@@ -112,7 +112,7 @@ class PocketConfig:
     a training whose checkpoint misses the regime there counts as having none (0: no confirmation)."""
     target_pass1: float = 0.38
     """Of the eligible checkpoints, the one whose pass@1 is nearest this is kept."""
-    attempts: int = 2
+    attempts: int = 3
     """Trainings tried before giving up on the regime: when a training's climb leaves no checkpoint that
     meets it with the margin on validation, or the kept one misses it on the confirmation problems, the
     build trains afresh from the seed ``seed + 1000 * attempt``; the last training is kept if none lands."""
