@@ -5,11 +5,11 @@ a stand-in for another machine's arithmetic) in a temporary directory (never the
 reports the held-out figures each build measured through scaffold (``PocketConfig.eval_problems``,
 100 problems by default): 8 samples per problem at temperature 1 (pass@1, pass@8, majority@8), and
 the model aggregating its own samples four at a time with the pocket aggregation prompt, greedily
-(agg@4), next to majority@4 over the very same groups. Prints one line per build, whether each meets the regime (:class:`~scaffold.pocket.Regime`:
-pass@1 in [0.25, 0.60], pass@8 >= 1.5 x pass@1, majority@8 > pass@1, agg@4 >= majority@4 + 0.05)
-and the 3-minute build budget, the range of every figure over the builds, and last one JSON
-object: ``bench``, ``builds`` (one object per build), ``ranges`` (figure → [min, max]),
-``all_in_regime``, ``all_within_budget``, ``max_build_seconds``.
+(agg@4), next to majority@4 over the very same groups. Prints one line per build, whether each
+meets the regime (:class:`~scaffold.pocket.Regime`: pass@1 in [0.25, 0.60], pass@8 >= 1.5 x pass@1,
+majority@8 > pass@1, agg@4 >= majority@4 + 0.05) and the 3-minute build budget, the range of every
+figure over the builds, and last one JSON object: ``bench``, ``builds`` (one object per build),
+``ranges`` (figure → [min, max]), ``all_in_regime``, ``all_within_budget``, ``max_build_seconds``.
 
 A build is deterministic given its seed and threads on one machine; the seconds are wall-clock on
 whatever else the machine is doing.
