@@ -48,7 +48,8 @@ def seed_of(nodeid: str) -> int:
 
     pytest-xdist's ``loadgroup`` appends ``@GROUP`` to a grouped test's node id; the seed is the plain id's.
     """
-    nodeid = nodeid.removesuffix(f"@{RAY_GROUP}")
+    for group in XDIST_GROUPS:
+        nodeid = nodeid.removesuffix(f"@{group}")
     return int.from_bytes(hashlib.sha256(f"{BASE_SEED}/{nodeid}".encode()).digest()[:4], "big")
 
 
@@ -213,6 +214,9 @@ controller made their directory), else started after collection."""
 RAY_GROUP = "ray"
 """The pytest-xdist group of every test that uses the session's Ray cluster: one worker runs them all, so one
 cluster starts (``--dist loadgroup``)."""
+XDIST_GROUPS = (RAY_GROUP, "vllm")
+"""Every pytest-xdist group of the suite (a module whose fixtures start something costly, a vLLM engine and
+server, marks itself ``xdist_group``, so one worker starts it once)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

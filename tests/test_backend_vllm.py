@@ -31,6 +31,8 @@ pytestmark = [
     # importing vLLM's engine imports torch.utils.mkldnn, which uses torch.jit.script_method.
     pytest.mark.filterwarnings(r"ignore:`torch\.distributed\.reduce_op` is deprecated:FutureWarning"),
     pytest.mark.filterwarnings(r"ignore:`torch\.jit\.script_method` is deprecated:DeprecationWarning"),
+    # one pytest-xdist worker runs the module, so its engine and its server start once, not once per worker
+    pytest.mark.xdist_group("vllm"),
 ]
 
 QUESTION = "what is two plus two?"

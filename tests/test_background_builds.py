@@ -1,4 +1,5 @@
-"""The runner behind the session's pocket builds: started here or by ``.ci/test.sh``, waited for by anyone."""
+"""The runner behind the session's pocket builds (started here or by ``.ci/test.sh``, waited for by anyone), and the
+session's pytest-xdist rules."""
 
 from __future__ import annotations
 
@@ -38,3 +39,12 @@ def test_two_processes_asking_at_once_start_one_build(tmp_path: Path) -> None:
     assert results == [(0, "built\n", "")] * 4
     assert marker.read_text() == "x"
     assert sum(build.process is not None for build in builds) == 1
+
+
+def test_a_test_grouped_for_xdist_draws_the_seed_of_its_plain_node_id() -> None:
+    # pytest-xdist's loadgroup renames a grouped test ``ID@GROUP``; its seed must not depend on the worker count
+    from conftest import XDIST_GROUPS, seed_of
+
+    plain = "tests/test_backend_vllm.py::test_x[1]"
+    assert all(seed_of(f"{plain}@{group}") == seed_of(plain) for group in XDIST_GROUPS)
+    assert seed_of(f"{plain}@elsewhere") != seed_of(plain)
