@@ -1,6 +1,6 @@
 """The session's two pocket builds, run in the background while other tests (or lint) run.
 
-Building the quick pocket model takes under a minute and the default one three to four alone on two cores;
+Building the quick pocket model takes under a minute and the default one two to four alone on two cores;
 run where a test first asks for them, they would add four minutes to the suite. So they run in the
 background: the quick one at the tests' priority (the first tests that need it come a few minutes in),
 the default one at the lowest (``nice 19``), so it trains on the CPU the tests leave idle (waiting on

@@ -315,8 +315,8 @@ def grpo_learning(pocket_quick: tuple[Path, Any], tmp_path_factory: pytest.TempP
 def pocket_default() -> Any:
     """The default pocket model (``PocketConfig()``, what ``pocket_model()`` builds), trained once per session.
 
-    About three minutes alone on two cores (portable arithmetic, in a child process), in the background from the
-    start of the session; returns ``(directory, BuildReport)``.
+    About two and a half minutes alone on two cores (portable arithmetic, in a child process), in the background
+    from the start of the session; returns ``(directory, BuildReport)``.
     """
     from scaffold.pocket import BuildReport, load_report
 
