@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextvars
 
-_RUN_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("scaffold_run_id", default=None)
+RUN_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("scaffold_run_id", default=None)
+"""Set by the executor around a run's code (read it with :func:`current_run_id`)."""
 
 
 def current_run_id() -> str | None:
@@ -19,4 +20,4 @@ def current_run_id() -> str | None:
         >>> current_run_id() is None
         True
     """
-    return _RUN_ID.get()
+    return RUN_ID.get()

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from scaffold._answers import Extractor, extract_boxed
 from scaffold._budget import Budget
 from scaffold._call import DeltaSink, ReuseSource, Send, sender, streamed
-from scaffold._context import _RUN_ID
+from scaffold._context import RUN_ID
 from scaffold._errors import (
     BackendError,
     CallError,
@@ -335,11 +335,11 @@ class Run:
 
     # -- the main loop ----------------------------------------------------------------------------
     async def execute(self, timeout: float | None = None) -> RunResult:
-        token = _RUN_ID.set(self.run_id)
+        token = RUN_ID.set(self.run_id)
         try:
             return await self._execute(timeout)
         finally:
-            _RUN_ID.reset(token)
+            RUN_ID.reset(token)
 
     async def _execute(self, timeout: float | None) -> RunResult:
         started = time.time()

@@ -208,7 +208,7 @@ class LiteLLMBackend:
         :class:`~scaffold._types.Finished` (:mod:`scaffold.backends._litellm_stream`)."""
         from scaffold.backends._litellm_stream import stream_litellm
 
-        return stream_litellm(self, request)
+        return stream_litellm(self, request, import_litellm)
 
     def check_credentials(self) -> None:
         """Raise :class:`~scaffold._errors.AuthenticationError` naming the missing environment variable, if any.

@@ -10,7 +10,7 @@ given to the backend, else litellm's per-token price for the model, else unknown
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import BackendError
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["stream_litellm"]
 
 
-async def stream_litellm(backend: LiteLLMBackend, request: Request) -> AsyncIterator[StreamItem]:
-    """Stream ``request`` through ``backend``'s litellm model: deltas, then one ``Finished``."""
-    from scaffold.backends._litellm import import_litellm
-
+async def stream_litellm(backend: LiteLLMBackend, request: Request, import_litellm: Callable[[], Any]) \
+        -> AsyncIterator[StreamItem]:
+    """Stream ``request`` through ``backend``'s litellm model: deltas, then one ``Finished``. ``import_litellm``
+    imports litellm (quietly: :func:`scaffold.backends._litellm.import_litellm`)."""
     litellm = import_litellm()
     kwargs = backend._kwargs(request)
     kwargs.update(stream=True, stream_options={"include_usage": True})

@@ -122,7 +122,7 @@ class _Job:
 
 
 @dataclass(slots=True)
-class _Row:
+class Row:
     """One choice of one request: a row of a generation batch."""
 
     job: _Job
@@ -140,7 +140,7 @@ class _Row:
 class _Queue:
     """Rows waiting on one event loop, and the task that drains them."""
 
-    rows: deque[_Row] = field(default_factory=deque)
+    rows: deque[Row] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
 
 
@@ -260,7 +260,7 @@ class TransformersBackend:
         loop = asyncio.get_running_loop()
         job = _Job(loop.create_future(), request.n)
         queue = self._queues.setdefault(loop, _Queue())
-        queue.rows.extend(_Row(job, i, prompt_ids, sampling, choice_seed(seed, i), streams[i] if streams else None)
+        queue.rows.extend(Row(job, i, prompt_ids, sampling, choice_seed(seed, i), streams[i] if streams else None)
                           for i in range(request.n))
         if queue.task is None:
             queue.task = loop.create_task(self._drain(queue))
@@ -325,7 +325,7 @@ class TransformersBackend:
             while queue.rows:
                 if len(queue.rows) < self.max_batch_size and self.batch_window > 0:
                     await asyncio.sleep(self.batch_window)
-                rows: list[_Row] = []
+                rows: list[Row] = []
                 while queue.rows and len(rows) < self.max_batch_size:
                     row = queue.rows.popleft()
                     if not row.job.future.done():  # its caller was cancelled
@@ -347,7 +347,7 @@ class TransformersBackend:
         finally:
             queue.task = None
 
-    def _completion(self, row: _Row, output: Output) -> Completion:
+    def _completion(self, row: Row, output: Output) -> Completion:
         return Completion(
             text=output.text,
             token_ids=tuple(output.token_ids),
@@ -359,7 +359,7 @@ class TransformersBackend:
             metadata={"weight_versions": ((str(row.weights_version), 0, len(output.token_ids)),)},
         )
 
-    def _generate(self, rows: list[_Row]) -> list[Output]:
+    def _generate(self, rows: list[Row]) -> list[Output]:
         """Generate every row of one batch (worker thread)."""
         torch, _ = _require_torch()
         for row in rows:  # update_weights runs on this thread too: the version cannot change under the batch
@@ -377,7 +377,7 @@ class TransformersBackend:
             if was_training:
                 self.model.train()
 
-    def _decode(self, rows: list[_Row]) -> list[Output]:
+    def _decode(self, rows: list[Row]) -> list[Output]:
         """The sampling loop: 1) prefill the left-padded prompts, 2) pick, record, feed one token per step."""
         torch, _ = _require_torch()
         from scaffold.backends._kv_cache import cache_argument, decoding_cache

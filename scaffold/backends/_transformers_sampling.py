@@ -19,7 +19,7 @@ from scaffold._types import Request
 if TYPE_CHECKING:
     import torch
 
-    from scaffold.backends._transformers import TransformersBackend, _Row
+    from scaffold.backends._transformers import Row, TransformersBackend
 
 __all__ = [
     "IGNORED_PARAMS",
@@ -118,7 +118,7 @@ def choice_seed(seed: int, choice: int) -> int:
 class Sampler:
     """Per-row temperature, top-k, top-p and generator of one batch, applied to one step's logits."""
 
-    def __init__(self, rows: Sequence[_Row], device: torch.device) -> None:
+    def __init__(self, rows: Sequence[Row], device: torch.device) -> None:
         import torch
 
         self.greedy = torch.tensor([row.sampling.temperature == 0 for row in rows], device=device)
@@ -164,7 +164,7 @@ class Sampler:
 class Recorder:
     """Token ids, logprobs and stopping of every row of one batch, step by step."""
 
-    def __init__(self, backend: TransformersBackend, rows: Sequence[_Row], lengths: Sequence[int]) -> None:
+    def __init__(self, backend: TransformersBackend, rows: Sequence[Row], lengths: Sequence[int]) -> None:
         self.backend = backend
         self.rows = rows
         limit = backend.max_positions

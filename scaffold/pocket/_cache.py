@@ -14,11 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scaffold.pocket._config import PocketConfig
+from scaffold.pocket._config import REPORT, PocketConfig
 from scaffold.pocket._task import PocketTask
-
-REPORT = "pocket_report.json"
-"""Written last by a build: a directory holding it is complete."""
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:

@@ -10,6 +10,9 @@ from typing import Any
 from scaffold.pocket._regime import Regime
 from scaffold.pocket._task import PocketTask
 
+REPORT = "pocket_report.json"
+"""Written last by a build: a directory holding it is complete."""
+
 FORMAT_VERSION = 3
 """Bumped whenever the task text, prompts, tokenizer or training code change what a build produces."""
 

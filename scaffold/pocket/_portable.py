@@ -112,7 +112,7 @@ def build_in_child(out_dir: Path, config: Any, *, progress: bool) -> dict[str, A
     env = {**{k: v for k, v in os.environ.items() if k not in UNSET}, **PORTABLE_ENV, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
     # -c, not -m: running a module its own package has imported makes runpy warn on every build
-    command = [sys.executable, "-c", _CHILD_MAIN, str(out_dir), json.dumps(asdict(config)),
+    command = [sys.executable, "-c", CHILD_MAIN, str(out_dir), json.dumps(asdict(config)),
                "1" if progress else "0", str(os.getpid())]
     child = subprocess.Popen(command, env=env, stdout=None if progress else subprocess.DEVNULL)
     try:
@@ -132,7 +132,7 @@ def build_in_child(out_dir: Path, config: Any, *, progress: bool) -> dict[str, A
             error_file.unlink()
             raise RAISED.get(error["type"], RuntimeError)(error["message"])
         raise RuntimeError(f"the pocket build's child process ended with exit code {code}")
-    from scaffold.pocket._cache import REPORT
+    from scaffold.pocket._config import REPORT
 
     return dict(json.loads((out_dir / REPORT).read_text()))
 
@@ -154,22 +154,5 @@ def end_with_parent(parent: int, every: float = 0.5) -> threading.Thread:
     return thread
 
 
-def _child(out_dir: str, config_json: str, progress: str, parent: str) -> int:
-    from scaffold.pocket._config import PocketConfig
-    from scaffold.pocket._train import build_pocket_model
-
-    end_with_parent(int(parent))
-    try:
-        build_pocket_model(out_dir, PocketConfig.from_dict(json.loads(config_json)), progress=progress == "1")
-    except Exception as error:  # the parent raises it again, typed
-        (Path(out_dir) / ERROR_FILE).write_text(json.dumps({"type": type(error).__name__, "message": str(error)}))
-        if isinstance(error, ValueError):  # bad input: the parent's message says it all
-            return 1
-        raise
-    return 0
-
-
-_CHILD_MAIN = "import sys; from scaffold.pocket._portable import _child; sys.exit(_child(*sys.argv[1:5]))"
-
-if __name__ == "__main__":
-    sys.exit(_child(*sys.argv[1:5]))
+CHILD_MAIN = "import sys; from scaffold.pocket._child import main; sys.exit(main(*sys.argv[1:5]))"
+"""What the child interpreter runs (:func:`scaffold.pocket._child.main`)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
-from scaffold.testing._tiny_model import CHAT_TEMPLATE, SPECIAL_TOKENS
+from scaffold.backends._chatml import CHAT_TEMPLATE, SPECIAL_TOKENS
 
 ALPHABET = "".join(c for c in string.printable if c not in "\t\r\x0b\x0c")
 """The 96 characters with a token: printable ASCII (space included) and the newline."""

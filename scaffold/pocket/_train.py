@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from scaffold.backends._transformers import quiet_progress
-from scaffold.pocket._cache import REPORT
-from scaffold.pocket._config import FORMAT_VERSION, BuildReport, PocketConfig
+from scaffold.pocket._config import FORMAT_VERSION, REPORT, BuildReport, PocketConfig
 from scaffold.pocket._evaluate import check_accuracy, check_figures, evaluate_pocket
 from scaffold.pocket._examples import Example, Examples
 from scaffold.pocket._portable import arithmetic, build_in_child, cpu_name, in_portable_process, x86_64

@@ -17,15 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-"""ChatML, the template Qwen2 models use."""
-
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+from scaffold.backends._chatml import CHAT_TEMPLATE, SPECIAL_TOKENS
 
 _CORPUS = [
     "Solve the problem step by step and put the final answer in \\boxed{}.",
