@@ -57,6 +57,7 @@ from scaffold._errors import (
 )
 from scaffold._events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
 from scaffold._graph import Graph, GraphFunction, graph
+from scaffold._graph_map import LocalRunner
 from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._nodes import Node, Quorum, RuleOutput
 from scaffold._otel import OTelExporter, export_otlp, otel_exporter
@@ -74,6 +75,7 @@ from scaffold._rules import (
     vote,
     weighted_vote,
 )
+from scaffold._runner import MapRequest, PlannedRow, Runner, plan_row
 from scaffold._selectors import AllMembers, CustomSelector, Each, Pairs, Partition, RandomSubsets, Selector
 from scaffold._template import Template, format_candidates
 from scaffold._throttle import Throttle
@@ -146,6 +148,12 @@ __all__ = [
     "Pairs",
     "CustomSelector",
     "format_candidates",
+    # where a map's rows run
+    "Runner",
+    "LocalRunner",
+    "MapRequest",
+    "PlannedRow",
+    "plan_row",
     # answers
     "extract_boxed",
     "extract_last_number",

@@ -16,7 +16,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from scaffold._answers import Extractor, extract_boxed
 from scaffold._budget import Budget
@@ -26,17 +26,15 @@ from scaffold._describe import count_calls, describe, mermaid, spec
 from scaffold._errors import GraphDefinitionError, InputError, RunError
 from scaffold._events import Subscriber
 from scaffold._executor import ReuseSource, Run, Slot, bind_models
-from scaffold._graph_map import map_runs
+from scaffold._graph_map import LOCAL
 from scaffold._nodes import CallNode, InputNode, Node
 from scaffold._result import RunResult
+from scaffold._runner import MapRequest, Runner
 from scaffold._sizes import check_run_sizes
 from scaffold._sync import no_running_loop, run_released
 from scaffold._types import Status
 from scaffold._values import check_seed, check_value, has_lone_surrogate
 from scaffold.store._default import DEFAULT, resolve_store
-
-if TYPE_CHECKING:
-    from scaffold.cluster._cluster import Cluster
 
 
 def _signature(fn: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -269,7 +267,8 @@ class Graph:
         dataset: str | None = None,
         store: Any = DEFAULT,
         items: Sequence[int] | None = None,
-        cluster: Cluster | None = None,
+        runner: Runner | None = None,
+        cluster: Runner | None = None,
         **run_kwargs: Any,
     ) -> AsyncIterator[RunResult]:
         """Run the graph on every row of ``rows``, ``concurrency`` rows at a time.
@@ -287,9 +286,11 @@ class Graph:
         send nothing. ``items`` gives each row's position explicitly (its run id, seed offset,
         dataset item and ``result.index``), so a caller can run only the rows still missing.
 
-        With ``cluster`` (a :class:`~scaffold.cluster.Cluster`) the rows run on Ray workers,
+        ``runner`` chooses where the rows run (a :class:`~scaffold.Runner`): this process by default, or,
+        with a :class:`~scaffold.cluster.Cluster` (``runner=`` or its spelling ``cluster=``), on Ray workers,
         ``concurrency`` at a time per worker, with every model limit and the budget held across
         the cluster and a dead worker's rows resumed on the others (see :mod:`scaffold.cluster`).
+        Every runner numbers the rows the same way (:func:`~scaffold._runner.plan_row`).
 
         Examples:
             >>> import scaffold as sf
@@ -303,14 +304,15 @@ class Graph:
             >>> asyncio.run(main())
             ['1', '1', '1']
         """
-        if cluster is not None:
-            from scaffold.cluster._map import map_on_cluster
-
-            return map_on_cluster(self, rows, cluster=cluster, models=models, concurrency=concurrency, seed=seed,
-                                  progress=progress, run_id=run_id, dataset=dataset, store=store, items=items,
-                                  run_kwargs=run_kwargs)
-        return map_runs(self, rows, models=models, concurrency=concurrency, seed=seed, progress=progress,
-                        run_id=run_id, dataset=dataset, store=store, items=items, run_kwargs=run_kwargs)
+        if runner is not None and cluster is not None:
+            raise ValueError("give runner= or cluster= (its other spelling), not both")
+        chosen = runner or cluster or LOCAL
+        if not isinstance(chosen, Runner):
+            raise TypeError(f"runner must have a map(request) method (a scaffold Runner), not a "
+                            f"{type(chosen).__name__}")
+        return chosen.map(MapRequest(graph=self, rows=rows, models=models, concurrency=concurrency, seed=seed,
+                                     progress=progress, run_id=run_id, dataset=dataset, store=store, items=items,
+                                     run_kwargs=run_kwargs))
 
     def map_sync(self, rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
         """:meth:`map` from synchronous code, collecting every result in the rows' order."""
@@ -372,6 +374,10 @@ class GraphFunction:
     ) -> AsyncIterator[RunResult]:
         """Build with default parameters and map over ``rows``; see :meth:`Graph.map`."""
         return self.build().map(rows, **kwargs)
+
+    def map_sync(self, rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> list[RunResult]:
+        """Build with default parameters and :meth:`Graph.map_sync` over ``rows``."""
+        return self.build().map_sync(rows, **kwargs)
 
     def describe(self) -> str:
         return self.build().describe()

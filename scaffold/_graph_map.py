@@ -1,68 +1,60 @@
-"""``Graph.map``: one graph over a dataset, a bounded number of rows at a time, results streamed as they finish.
+"""The local runner: ``Graph.map``'s rows in this process, a bounded number at a time, results streamed.
 
 Rows are read lazily from any iterable or async iterable and results are yielded, never kept,
 so memory does not grow with the dataset. Every row shares the same bound models (so per-alias
 limits hold across the batch) and the same budget; a row that fails yields a failed result
-instead of stopping the batch.
+instead of stopping the batch. Rows are numbered by :class:`~scaffold._runner.RowFeed`, as every
+runner numbers them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from scaffold._errors import GraphError, InputError, StoreError
 from scaffold._executor import bind_models
 from scaffold._result import RunResult
+from scaffold._runner import MapRequest, PlannedRow, RowFeed, progress_bar
 from scaffold.store._default import resolve_store
 
-if TYPE_CHECKING:
-    from scaffold._graph import Graph
 
-_END: Any = object()
+class LocalRunner:
+    """The default :class:`~scaffold._runner.Runner`: rows run as tasks of this process's event loop.
+
+    Examples:
+        >>> LocalRunner().map.__name__
+        'map'
+    """
+
+    def map(self, request: MapRequest) -> AsyncIterator[RunResult]:
+        """``request``'s results, in completion order (see :meth:`Graph.map <scaffold.Graph.map>`)."""
+        return map_runs(request)
 
 
-async def map_runs(
-    graph: Graph,
-    rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
-    *,
-    models: Mapping[str, Any],
-    concurrency: int,
-    seed: int | None,
-    progress: bool,
-    run_id: str | None,
-    dataset: str | None,
-    store: Any,
-    items: Sequence[int] | None,
-    run_kwargs: dict[str, Any],
-) -> AsyncIterator[RunResult]:
-    """What :meth:`Graph.map <scaffold.Graph.map>` yields (its docstring says what each argument does)."""
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    numbers = None if items is None else iter(items)
-    bound = bind_models(graph, models)
-    run_kwargs["store"] = await asyncio.to_thread(resolve_store, store)
-    bar = _progress(progress, rows)
-    next_row = _row_reader(rows)
+LOCAL = LocalRunner()
+"""The runner ``Graph.map`` uses when given none."""
+
+
+async def map_runs(request: MapRequest) -> AsyncIterator[RunResult]:
+    """What :meth:`Graph.map <scaffold.Graph.map>` yields in this process."""
+    if request.concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {request.concurrency}")
+    graph = request.graph
+    bound = bind_models(graph, request.models)
+    run_kwargs = {**request.run_kwargs, "store": await asyncio.to_thread(resolve_store, request.store),
+                  "dataset": request.dataset}
+    bar = progress_bar(request.progress, request.rows)
+    feed = RowFeed(request)
     pending: set[asyncio.Task[RunResult]] = set()
-    position = 0
     try:
         while True:
-            while len(pending) < concurrency:
-                row = await next_row()
-                if row is _END:
+            while len(pending) < request.concurrency:
+                planned = await feed.next()
+                if planned is None:
                     break
-                if numbers is not None:
-                    given = next(numbers, None)
-                    if given is None:
-                        raise ValueError("items has fewer positions than there are rows")
-                    position = given
-                row_seed = None if seed is None else seed + position
-                row_kwargs = {**run_kwargs, "dataset": dataset, "item": position if dataset else None,
-                              "run_id": None if run_id is None else f"{run_id}-{position}"}
-                pending.add(asyncio.create_task(_run_row(graph, row, position, bound, row_seed, row_kwargs)))
-                position += 1
+                pending.add(asyncio.create_task(_run_row(graph, planned, bound, run_kwargs)))
             if not pending:
                 break
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -79,43 +71,12 @@ async def map_runs(
             bar.close()
 
 
-async def _run_row(
-    graph: Graph, row: Mapping[str, Any], index: int, models: Mapping[str, Any], seed: int | None,
-    kwargs: dict[str, Any],
-) -> RunResult:
+async def _run_row(graph: Any, planned: PlannedRow, models: Mapping[str, Any], kwargs: dict[str, Any]) -> RunResult:
     try:
-        result = await graph.run(row, models=models, seed=seed, raise_on_error=False, **kwargs)
+        result = await graph.run(planned.row, models=models, seed=planned.seed, raise_on_error=False,
+                                 run_id=planned.run_id, item=planned.item, **kwargs)
     except (InputError, GraphError, StoreError) as exc:  # a bad row must not stop the batch
-        result = RunResult(run_id="", graph=graph.name, inputs=row, seed=seed or 0, status="error",
+        result = RunResult(run_id="", graph=graph.name, inputs=planned.row, seed=planned.seed or 0, status="error",
                            output=None, error=exc)
-    result.index = index
+    result.index = planned.position
     return result
-
-
-def _row_reader(dataset: Iterable[Any] | AsyncIterable[Any]) -> Callable[[], Awaitable[Any]]:
-    """An async ``next`` over a sync or async iterable, returning ``_END`` when it is exhausted."""
-    if isinstance(dataset, AsyncIterable):
-        rows_async = aiter(dataset)
-
-        async def next_async() -> Any:
-            try:
-                return await anext(rows_async)
-            except StopAsyncIteration:
-                return _END
-
-        return next_async
-    rows = iter(dataset)
-
-    async def next_sync() -> Any:
-        return next(rows, _END)
-
-    return next_sync
-
-
-def _progress(enabled: bool, dataset: Iterable[Any] | AsyncIterable[Any]) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    total = len(dataset) if hasattr(dataset, "__len__") else None  # type: ignore[arg-type]
-    return tqdm(total=total, unit="run")

@@ -53,8 +53,8 @@ FLOOR_PLAN: tuple[Layer, ...] = (
     Layer("calls", ("scaffold._call", "scaffold._kinds", "scaffold._jobs"),
           "how each node kind runs and how one model call is made, against a narrow run context"),
     Layer("runtime", tuple(f"scaffold.{name}" for name in (
-        "_executor", "_graph", "_graph_map", "_sizes", "_describe", "_otel",
-    )), "the executor, the Graph object, mapping over rows, graph descriptions, OpenTelemetry"),
+        "_executor", "_graph", "_runner", "_graph_map", "_sizes", "_describe", "_otel",
+    )), "the executor, the Graph object, runners of its rows, graph descriptions, OpenTelemetry"),
     Layer("evaluation", ("scaffold.evaluation",), "evaluations, reports and comparisons of recorded runs"),
     Layer("pocket", ("scaffold.pocket",), "the pocket model: its task, tokenizer, training and cache"),
     Layer("cluster", ("scaffold.cluster",), "scale-out on Ray: row workers, shared limits, engine pools"),
@@ -83,10 +83,7 @@ DEBT: Mapping[tuple[str, str], str] = {
     ("scaffold._call", "scaffold._executor"): "the narrow run context",
     ("scaffold._jobs", "scaffold._executor"): "the narrow run context",
     ("scaffold._kinds", "scaffold._executor"): "the narrow run context",
-    ("scaffold._graph", "scaffold.cluster"): "the runner seam",
-    ("scaffold.cluster._map", "scaffold._graph_map"): "the runner seam",
     ("scaffold.serve._served", "scaffold.cli"): "the catalogue below cli and serve",
-    ("trainers.distributed", "trainers.loop"): "one training loop over a rollout source",
 }
 """Edges that break the plan today and are being removed: (importer, target) -> what removes them. The test fails
 when one is no longer needed, so the list shrinks to nothing."""
@@ -94,7 +91,6 @@ when one is no longer needed, so the list shrinks to nothing."""
 CYCLE_DEBT: Mapping[tuple[str, ...], str] = {
     ("scaffold.backends._entry", "scaffold.backends._model", "scaffold.backends._registry"):
         "one model-string grammar and each backend's identity in its own file",
-    ("trainers.distributed", "trainers.loop"): "one training loop over a rollout source",
 }
 """Runtime import cycles being removed (sorted modules) -> what removes them; the test fails when one is gone."""
 

@@ -176,3 +176,62 @@ def test_map_progress_bar_counts_every_row(capsys) -> None:  # type: ignore[no-u
                                      progress=True)
     assert len(results) == 5
     assert "5/5" in capsys.readouterr().err
+
+
+class RecordingRunner:
+    """A runner of our own: keeps the request it was given and runs it in this process."""
+
+    def __init__(self) -> None:
+        self.requests: list[sf.MapRequest] = []
+
+    def map(self, request):
+        self.requests.append(request)
+        return sf.LocalRunner().map(request)
+
+
+def test_a_runner_of_your_own_receives_the_whole_request_and_its_results_are_the_maps():
+    """``runner=`` hands the map's arguments to any object with ``map(request)``; its results are what the default
+    runner gives for the same rows (same run ids, seeds and answers)."""
+    rows = [{"problem": str(i)} for i in range(5)]
+    runner = RecordingRunner()
+    mine = asyncio.run(collect(echo.map(rows, models={"m": echo_backend()}, concurrency=2, seed=7, run_id="own",
+                                        store=None, runner=runner, timeout=30)))
+    (request,) = runner.requests
+    assert (request.graph.name, request.concurrency, request.seed, request.run_id) == ("echo", 2, 7, "own")
+    assert request.run_kwargs == {"timeout": 30} and request.rows is rows
+    default = asyncio.run(collect(echo.map(rows, models={"m": echo_backend()}, concurrency=2, seed=7, run_id="own",
+                                           store=None)))
+    key = sorted((r.index, r.run_id, r.seed, r.answer) for r in mine)
+    assert key == sorted((r.index, r.run_id, r.seed, r.answer) for r in default)
+    assert key == [(i, f"own-{i}", 7 + i, str(i)) for i in range(5)]
+
+
+def test_runner_and_cluster_together_or_a_runner_without_map_are_refused():
+    """``cluster=`` is another spelling of ``runner=``: both at once is a ValueError; an object that is not a runner
+    is a TypeError naming its type."""
+    with pytest.raises(ValueError, match="not both"):
+        echo.map([], models={"m": echo_backend()}, runner=sf.LocalRunner(), cluster=sf.LocalRunner())
+    with pytest.raises(TypeError, match="not a int"):
+        echo.map([], models={"m": echo_backend()}, runner=3)
+
+
+def test_every_runner_numbers_rows_one_way():
+    """Row i's seed is seed + i, its run id ``{run_id}-{i}``, its dataset item i; ``items`` gives positions; fresh
+    ids are new per row; without a dataset no item is recorded."""
+    assert sf.plan_row({"a": 1}, 4, seed=None, run_id=None, recorded=False) == \
+        sf.PlannedRow({"a": 1}, 4, None, None, None)
+    fresh = {sf.plan_row({}, 0, seed=0, run_id=None, recorded=True, fresh_id=True).run_id for _ in range(20)}
+    assert len(fresh) == 20 and all(isinstance(i, str) and len(i) == 16 for i in fresh)
+    from scaffold._runner import RowFeed
+
+    async def planned(items):
+        feed = RowFeed(sf.MapRequest(graph=echo, rows=[{}, {}, {}], models={}, concurrency=1, seed=100,
+                                     run_id="r", dataset="d", items=items, run_kwargs={}))
+        return [await feed.next() for _ in range(4)]
+
+    first, second, third, end = asyncio.run(planned([5, 9, 2]))
+    assert [(p.position, p.seed, p.run_id, p.item) for p in (first, second, third)] == \
+        [(5, 105, "r-5", 5), (9, 109, "r-9", 9), (2, 102, "r-2", 2)]
+    assert end is None
+    with pytest.raises(ValueError, match="fewer positions"):
+        asyncio.run(planned([1]))

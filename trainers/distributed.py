@@ -1,7 +1,8 @@
 """Distributed online training: rollout workers on Ray, the trainer in this process, weights synced every update.
 
-``train_online(policy, graph, rows, config, cluster=RolloutCluster(workers=2))`` runs the local loop's
-steps with the rollouts spread over Ray actors (:class:`RolloutWorker`), each holding its own engine
+``train_online(policy, graph, rows, config, cluster=RolloutCluster(workers=2))`` runs the one training
+loop (:func:`~trainers.loop.train_online`) with :class:`RayRollouts` as its rollout source
+(:mod:`trainers.rollouts`): the rollouts spread over Ray actors (:class:`RolloutWorker`), each holding its own engine
 (``"transformers"`` on CPUs, in-process ``"vllm"`` on GPUs, or a factory of your own). One step:
 
 1. the step's problems go to the workers' shared queue (run ``{run_name}-{step}-{i}``, seed
@@ -9,7 +10,7 @@ steps with the rollouts spread over Ray actors (:class:`RolloutWorker`), each ho
    on its share with the async executor, recording into the store (PostgreSQL directly; SQLite
    through one writer on this machine);
 2. as the step's results arrive, this process rewards them and records the rewards;
-3. :func:`~trainers.loop.train_step` credits and updates the policy (the local loop's function);
+3. :func:`~trainers.loop.train_step` credits and updates the policy (in a thread: results keep arriving);
 4. the new weights (:func:`~trainers.weights.weight_update`: every weight, or only the LoRA adapter)
    go once into Ray's object store and every worker copies them into its engine, labelled with the
    policy version;
@@ -37,35 +38,24 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import scaffold as sf
 from scaffold._errors import BackendError, ClusterError
 from scaffold.backends._base import Capabilities
 from scaffold.cluster import Cluster
-from scaffold.cluster._jobs import ClusterJob, Dispatcher, JobRow
+from scaffold.cluster._jobs import ClusterJob, Dispatcher
 from scaffold.cluster._worker import RowWorker
-from scaffold.store import DEFAULT, resolve_store
-from trainers.loop import (
-    LoopConfig,
-    Reward,
-    _Journal,
-    _rewarded,
-    _with,
-    _with_rollouts,
-    batches,
-    rollout_seed,
-    run_name,
-    train_step,
-)
 from trainers.policy import Policy
-from trainers.rewards import math_reward
-from trainers.types import RolloutPolicy, StepMetrics
+from trainers.rollouts import Collected
+from trainers.types import RolloutPolicy
 from trainers.weights import LoraBase, WeightUpdate, apply_update, rollout_version, weight_update
+
+if TYPE_CHECKING:
+    from trainers.loop import LoopConfig
 
 EngineFactory = Callable[..., sf.Backend]
 """``factory(model_dir, **engine_options) -> Backend``: a rollout engine built on a worker."""
@@ -109,6 +99,10 @@ class RolloutCluster:
         if not callable(self.engine) and self.engine not in ("transformers", "vllm"):
             raise ValueError(f"engine is 'transformers', 'vllm' or a factory, not {self.engine!r}")
         self.cluster()  # the shared checks (workers, concurrency, CPUs)
+
+    def rollouts(self) -> RayRollouts:
+        """The rollout source ``train_online(..., cluster=self)`` trains with."""
+        return RayRollouts(self)
 
     def cluster(self) -> Cluster:
         """The :class:`~scaffold.cluster.Cluster` the workers run on."""
@@ -182,27 +176,58 @@ class RolloutWorker(RowWorker):
         return {"pid": os.getpid(), "version": self.version, "weights_sum": total}
 
 
-class _Rollouts:
-    """The steps' rows on the workers: queued by step, results gathered by step as they arrive."""
+class RayRollouts:
+    """The :class:`~trainers.rollouts.RolloutSource` of a :class:`RolloutCluster`: the steps' rows on Ray workers,
+    queued by step and gathered by step as they arrive; after each update the new weights go to every worker.
 
-    def __init__(self, dispatch: Dispatcher) -> None:
-        self.dispatch = dispatch
+    Examples:
+        >>> RayRollouts(RolloutCluster(workers=2, max_lag=1)).max_lag
+        1
+    """
+
+    update_in_thread = True
+
+    def __init__(self, cluster: RolloutCluster) -> None:
+        self.cluster = cluster
+        self.max_lag = cluster.max_lag
+        self.job: ClusterJob | None = None
+        self.sync: Sync | None = None
+        self.dispatch: Dispatcher | None = None
+        self.pump: asyncio.Future[Any] | None = None
         self.step_of: dict[str, int] = {}
         self.expected: dict[int, int] = {}
         self.arrived: dict[int, list[sf.RunResult]] = {}
         self.queued_at: dict[int, float] = {}
         self.changed = asyncio.Event()
+
+    async def start(self, policy: RolloutPolicy, graph: sf.Graph, config: LoopConfig, store: Any) -> None:
+        """Start the workers, each building its engine from the base model and taking the current weights."""
+        if not isinstance(policy, Policy):
+            raise TypeError(f"training on a cluster needs a trainers.Policy (its weights go to the workers' engines), "
+                            f"not a {type(policy).__name__}")
+        cluster = self.cluster
+        engine = EngineRecipe(cluster.engine, str(policy.model_dir), cluster.engine_options)
+        model = sf.Model(engine, params=dict(config.sampling))
+        sync = self.sync = Sync(policy, cluster.sync)
+        job = self.job = ClusterJob(cluster.cluster(), worker_class=RolloutWorker, num_gpus=cluster.num_gpus,
+                                    worker_args=lambda: (sync.current, str(policy.model_dir)))
+        await sync.put(job.ray)
+        await job.start(graph, {alias: model for alias in graph.aliases}, store, {})
+        await _started(job)
+        self.dispatch = Dispatcher(job, cluster.concurrency or config.concurrency, config.dataset)
         self.pump = asyncio.ensure_future(self._pump())
 
-    def submit(self, step: int, problems: Sequence[Mapping[str, Any]], name: str, seed: int) -> None:
+    def submit(self, step: int, problems: Sequence[Mapping[str, Any]], run_id: str, seed: int) -> None:
+        assert self.dispatch is not None, "start() first"
         self.expected[step], self.arrived[step] = len(problems), []
         self.queued_at[step] = time.perf_counter()
         for i, row in enumerate(problems):
-            run_id = f"{name}-{step}-{i}"
-            self.step_of[run_id] = step
-            self.dispatch.add(JobRow({"problem": row["problem"]}, i, seed + i, run_id, i))
+            planned = sf.plan_row({"problem": row["problem"]}, i, seed=seed, run_id=run_id, recorded=True)
+            self.step_of[str(planned.run_id)] = step
+            self.dispatch.add(planned)
 
     async def _pump(self) -> None:
+        assert self.dispatch is not None
         while True:
             result = await self.dispatch.next()
             if result is None:
@@ -211,8 +236,9 @@ class _Rollouts:
             self.arrived[self.step_of.pop(result.run_id)].append(result)
             self.changed.set()
 
-    async def collect(self, step: int) -> list[sf.RunResult]:
-        """Every result of ``step``, in row order (raises what stopped the workers)."""
+    async def collect(self, step: int) -> Collected:
+        assert self.pump is not None and self.job is not None, "start() first"
+        waited = time.perf_counter()
         while len(self.arrived[step]) < self.expected[step]:
             self.changed.clear()
             waiting = asyncio.ensure_future(self.changed.wait())
@@ -221,103 +247,30 @@ class _Rollouts:
             if self.pump.done():
                 self.pump.result()  # raises the pump's error
         del self.expected[step]
-        return sorted(self.arrived.pop(step), key=lambda r: r.index or 0)
+        results = sorted(self.arrived.pop(step), key=lambda r: r.index or 0)
+        now = time.perf_counter()
+        versions = [v for r in results for t in r.traces if (v := rollout_version(t)) is not None]
+        return Collected(results, now - self.queued_at.pop(step), {
+            "rollout_wait_s": round(now - waited, 3),
+            "rollout_versions": [min(versions), max(versions)] if versions else None})
+
+    async def refresh(self, policy: RolloutPolicy) -> dict[str, Any]:
+        assert self.sync is not None and self.job is not None, "start() first"
+        sync_s = await self.sync.push(self.job)
+        return {"sync_s": round(sync_s, 4), "sync_bytes": self.sync.nbytes,
+                "workers_replaced": self.job.workers.restarts}
 
     async def close(self) -> None:
-        self.pump.cancel()
-        try:
-            await self.pump
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - its error was raised by collect already
-            pass
-        self.dispatch.cancel()
-
-
-def train_on_cluster(
-    policy: RolloutPolicy,
-    graph: sf.Graph,
-    rows: Sequence[Mapping[str, Any]],
-    config: LoopConfig,
-    cluster: RolloutCluster,
-    *,
-    reward: Reward = math_reward,
-    store: Any = DEFAULT,
-    progress: bool = True,
-    on_step: Callable[[StepMetrics], None] | None = None,
-    until: Callable[[Sequence[StepMetrics]], bool] | None = None,
-) -> list[StepMetrics]:
-    """What ``train_online(..., cluster=...)`` runs (see the module docstring)."""
-    if not isinstance(policy, Policy):
-        raise TypeError(f"training on a cluster needs a trainers.Policy (its weights go to the workers' engines), "
-                        f"not a {type(policy).__name__}")
-    return asyncio.run(_train(policy, graph, rows, config, cluster, reward=reward, store=store, progress=progress,
-                              on_step=on_step, until=until))
-
-
-async def _train(policy: Policy, graph: sf.Graph, rows: Sequence[Mapping[str, Any]], config: LoopConfig,
-                 cluster: RolloutCluster, *, reward: Reward, store: Any, progress: bool,
-                 on_step: Callable[[StepMetrics], None] | None,
-                 until: Callable[[Sequence[StepMetrics]], bool] | None) -> list[StepMetrics]:
-    recorder = await asyncio.to_thread(resolve_store, store)
-    engine = EngineRecipe(cluster.engine, str(policy.model_dir), cluster.engine_options)
-    model = sf.Model(engine, params=dict(config.sampling))
-    start = policy.steps_done
-    sync = Sync(policy, cluster.sync)
-    job = ClusterJob(cluster.cluster(), worker_class=RolloutWorker, num_gpus=cluster.num_gpus,
-                     worker_args=lambda: (sync.current, str(policy.model_dir)))
-    try:
-        await sync.put(job.ray)
-        await job.start(graph, {alias: model for alias in graph.aliases}, recorder, {})
-        await _started(job)
-        rollouts = _Rollouts(Dispatcher(job, cluster.concurrency or config.concurrency, config.dataset))
-    except BaseException:
-        await job.close()
-        raise
-    rng = random.Random(config.seed)
-    feed = batches(rows, config.problems_per_step, config.seed)
-    for _ in range(start):  # a resumed run continues with the batches it had not seen
-        next(feed)
-    name = run_name(config, start)
-    journal = _Journal(policy, config, start=start, progress=progress, on_step=on_step, run_name=name)
-    answers: dict[int, list[str]] = {}
-    queued, sampled = start, 0
-    try:
-        for step in range(start, config.steps):
-            if config.token_budget is not None and sampled >= config.token_budget:
-                break
-            # 1) queue this step's problems, and those of the next max_lag steps
-            while queued < config.steps and queued <= step + cluster.max_lag:
-                batch = next(feed)
-                answers[queued] = [str(row["answer"]) for row in batch]
-                rollouts.submit(queued, batch, name, rollout_seed(config, queued))
-                queued += 1
-            waited = time.perf_counter()
-            results = await rollouts.collect(step)
-            rollout_s = time.perf_counter() - rollouts.queued_at.pop(step)
-            wait_s = time.perf_counter() - waited
-            sampled += sum(r.usage.completion_tokens for r in results)
-            # 2) rewards, recorded
-            step_answers = answers.pop(step)
-            runs = [_rewarded(result, step_answers[result.index or 0], reward, recorder) for result in results]
-            # 3) credit and update (in a thread: the workers' results keep arriving meanwhile)
-            min_version = policy.steps_done - cluster.max_lag if cluster.max_lag else None
-            metrics, items = await asyncio.to_thread(train_step, policy, runs, config, rng=rng,
-                                                     min_version=min_version)
-            # 4) the new weights to every engine
-            sync_s = await sync.push(job)
-            # 5) log, checkpoint
-            versions = [v for run in runs for t in run.traces if (v := rollout_version(t)) is not None]
-            metrics = _with_rollouts(metrics, items, results, runs, rollout_s=rollout_s, sampled=sampled)
-            metrics = _with(metrics, extra={
-                **dict(metrics.extra), "rollout_wait_s": round(wait_s, 3), "sync_s": round(sync_s, 4),
-                "sync_bytes": sync.nbytes, "rollout_versions": [min(versions), max(versions)] if versions else None,
-                "workers_replaced": job.workers.restarts})
-            history = journal.record(metrics, step)
-            if until is not None and until(history):
-                break
-    finally:
-        await rollouts.close()
-        await job.close()
-    return journal.close()
+        if self.pump is not None:
+            self.pump.cancel()
+            try:
+                await self.pump
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - its error was raised by collect already
+                pass
+        if self.dispatch is not None:
+            self.dispatch.cancel()
+        if self.job is not None:
+            await self.job.close()
 
 
 async def _started(job: ClusterJob) -> None:

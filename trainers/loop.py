@@ -5,12 +5,13 @@ after it (log line, ``on_step``, progress bar, checkpoints). One step of :func:`
 top to bottom:
 
 1. take the next ``problems_per_step`` training rows (a seeded shuffle, epoch after epoch);
-2. roll out the graph on them with the current policy as every model alias (recorded in the store);
+2. roll out the graph on them with the current policy as every model alias (recorded in the store),
+   wherever the rollout source runs them (:mod:`trainers.rollouts`: this process, or Ray workers);
 3. reward every model trace against the row's answer (math-verify by default) and record the rewards;
 4. assign credit (``scheme``: ``"spiral"``, ``"grpo"``, ``"rloo"``), keep the trained roles and, for
    the AggLM recipe, only the aggregations of hard sets and a share of easy ones;
 5. update the policy (one optimiser step, gradient accumulation inside);
-6. refresh the rollout engine (nothing to do when it shares the policy's weights);
+6. refresh the rollout engines (nothing to do when one shares the policy's weights);
 7. log the step (console and JSONL) and checkpoint. Besides the update's figures, each step logs per
    role (``single``, ``search``, ``aggregate``): traces, the share with advantage 0 (no signal),
    mean |advantage|, token entropy, KL to the start (with ``PolicyConfig(measure_kl=True)``) and
@@ -22,10 +23,10 @@ model and time, with the rewards recorded there or computed from given answers.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,9 +34,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import scaffold as sf
+from scaffold._sync import no_running_loop
 from scaffold.store import DEFAULT, resolve_store
 from trainers.credit import agglm_select, assign_credit
 from trainers.rewards import math_reward, rewards_from
+from trainers.rollouts import LocalRollouts, RolloutSource
 from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy
 from trainers.weights import rollout_version
 
@@ -214,20 +217,22 @@ def train_online(
     progress: bool = True,
     on_step: Callable[[StepMetrics], None] | None = None,
     until: Callable[[Sequence[StepMetrics]], bool] | None = None,
+    rollouts: RolloutSource | None = None,
     cluster: RolloutCluster | None = None,
 ) -> list[StepMetrics]:
     """Train ``policy`` on its own rollouts of ``graph`` over ``rows`` (dicts with ``problem`` and ``answer``).
 
-    ``engine`` is the rollout backend (default: ``policy.backend()``, which shares the live
-    weights; a separate engine such as :class:`~scaffold.VLLMBackend` is refreshed after every
-    update). Every rollout is recorded in ``store`` with its rewards, and each of its calls with
-    the policy version that sampled it. ``on_step`` sees each step's metrics; ``until(history)``
-    returning true ends training after that step (besides ``config.steps`` and
-    ``config.token_budget``). Returns the step metrics.
+    ``rollouts`` is where the rollouts run (a :class:`~trainers.rollouts.RolloutSource`): by default this
+    process, with ``engine`` as the rollout backend (default: ``policy.backend()``, which shares the live
+    weights; a separate engine such as :class:`~scaffold.VLLMBackend` is refreshed after every update).
+    Every rollout is recorded in ``store`` with its rewards, and each of its calls with the policy version
+    that sampled it. ``on_step`` sees each step's metrics; ``until(history)`` returning true ends training
+    after that step (besides ``config.steps`` and ``config.token_budget``). Returns the step metrics.
 
-    With ``cluster`` (a :class:`~trainers.distributed.RolloutCluster`) the rollouts run on Ray workers,
-    each with its own engine that gets the new weights after every update, optionally with rollouts
-    up to ``cluster.max_lag`` versions ahead (see :mod:`trainers.distributed`); the steps are the same.
+    With ``cluster`` (a :class:`~trainers.distributed.RolloutCluster`, short for
+    ``rollouts=cluster.rollouts()``) the rollouts run on Ray workers, each with its own engine that gets
+    the new weights after every update, optionally up to ``cluster.max_lag`` steps ahead (see
+    :mod:`trainers.distributed`); the steps are the same.
 
     Examples:
         >>> from trainers import Policy, train_online  # doctest: +SKIP
@@ -240,47 +245,69 @@ def train_online(
         if engine is not None:
             raise ValueError("engine= is the rollout backend of local training; on a cluster each worker builds "
                              "its own (RolloutCluster.engine)")
-        from trainers.distributed import train_on_cluster
+        if rollouts is not None:
+            raise ValueError("give rollouts= or cluster= (short for rollouts=cluster.rollouts()), not both")
+        rollouts = cluster.rollouts()
+    elif rollouts is not None and engine is not None:
+        raise ValueError("engine= is the local rollout backend; a rollout source brings its own")
+    source = rollouts if rollouts is not None else LocalRollouts(engine)
+    if not isinstance(source, RolloutSource):
+        raise TypeError(f"rollouts must be a RolloutSource, not a {type(source).__name__}")
+    no_running_loop("train_online", "a thread: train_online runs its own event loop")
+    return asyncio.run(_train(policy, graph, rows, config, source, reward=reward, store=store, progress=progress,
+                              on_step=on_step, until=until))
 
-        return train_on_cluster(policy, graph, rows, config, cluster, reward=reward, store=store, progress=progress,
-                                on_step=on_step, until=until)
-    engine = engine if engine is not None else policy.backend()
-    model = sf.Model(engine, params=dict(config.sampling))
-    models = {alias: model for alias in graph.aliases}
-    recorder = resolve_store(store)
-    rng = random.Random(config.seed)
-    feed = batches(rows, config.problems_per_step, config.seed)
-    start = policy.steps_done
-    for _ in range(start):  # a resumed run continues with the batches it had not seen
-        next(feed)
-    name = run_name(config, start)
-    journal = _Journal(policy, config, start=start, progress=progress, on_step=on_step, run_name=name)
-    if start:
-        policy.refresh(engine)  # a resumed policy's weights (and version) reach a separate engine first
-    sampled = 0
-    for step in range(start, config.steps):
-        if config.token_budget is not None and sampled >= config.token_budget:
-            break
-        # 1) problems; 2) rollouts with the current policy
-        batch = next(feed)
-        started = time.perf_counter()
-        results = graph.map_sync([{"problem": row["problem"]} for row in batch], models=models,
-                                 concurrency=config.concurrency, seed=rollout_seed(config, step),
-                                 store=recorder, dataset=config.dataset, run_id=f"{name}-{step}")
-        rollout_s = time.perf_counter() - started
-        sampled += sum(r.usage.completion_tokens for r in results)
-        # 3) rewards, recorded
-        answers = [str(batch[r.index or 0]["answer"]) for r in results]
-        runs = [_rewarded(result, answer, reward, recorder) for result, answer in zip(results, answers)]
-        # 4) credit; 5) update
-        metrics, items = train_step(policy, runs, config, rng=rng)
-        # 6) refresh a separate rollout engine
-        policy.refresh(engine)
-        # 7) log, checkpoint
-        metrics = _with_rollouts(metrics, items, results, runs, rollout_s=rollout_s, sampled=sampled)
-        history = journal.record(metrics, step)
-        if until is not None and until(history):
-            break
+
+async def _train(policy: RolloutPolicy, graph: sf.Graph, rows: Sequence[Mapping[str, Any]], config: LoopConfig,
+                 source: RolloutSource, *, reward: Reward, store: Any, progress: bool,
+                 on_step: Callable[[StepMetrics], None] | None,
+                 until: Callable[[Sequence[StepMetrics]], bool] | None) -> list[StepMetrics]:
+    """One loop for every rollout source (the module docstring's steps 1–7)."""
+    recorder = await asyncio.to_thread(resolve_store, store)
+    try:
+        await source.start(policy, graph, config, recorder)
+        rng = random.Random(config.seed)
+        feed = batches(rows, config.problems_per_step, config.seed)
+        start = policy.steps_done
+        for _ in range(start):  # a resumed run continues with the batches it had not seen
+            next(feed)
+        name = run_name(config, start)
+        journal = _Journal(policy, config, start=start, progress=progress, on_step=on_step, run_name=name)
+        answers: dict[int, list[str]] = {}
+        queued, sampled = start, 0
+        for step in range(start, config.steps):
+            if config.token_budget is not None and sampled >= config.token_budget:
+                break
+            # 1) problems: this step's, and those of the next max_lag steps
+            while queued < config.steps and queued <= step + source.max_lag:
+                batch = next(feed)
+                answers[queued] = [str(row["answer"]) for row in batch]
+                source.submit(queued, batch, f"{name}-{queued}", rollout_seed(config, queued))
+                queued += 1
+            # 2) rollouts with the current policy
+            collected = await source.collect(step)
+            results = collected.results
+            sampled += sum(r.usage.completion_tokens for r in results)
+            # 3) rewards, recorded
+            step_answers = answers.pop(step)
+            runs = [rewarded(result, step_answers[result.index or 0], reward, recorder) for result in results]
+            # 4) credit; 5) update (stale traces dropped when rollouts may lag)
+            min_version = policy.steps_done - source.max_lag if source.max_lag else None
+            if source.update_in_thread:  # the source's results keep arriving meanwhile
+                metrics, items = await asyncio.to_thread(train_step, policy, runs, config, rng=rng,
+                                                         min_version=min_version)
+            else:
+                metrics, items = train_step(policy, runs, config, rng=rng, min_version=min_version)
+            # 6) the new weights to the rollout engines
+            refreshed = await source.refresh(policy)
+            # 7) log, checkpoint
+            metrics = with_rollouts(metrics, items, results, runs, rollout_s=collected.rollout_s, sampled=sampled)
+            metrics = _with(metrics, extra={**dict(metrics.extra), **collected.extra, **refreshed})
+            history = journal.record(metrics, step)
+            if until is not None and until(history):
+                break
+    finally:
+        await source.close()
     return journal.close()
 
 
@@ -328,7 +355,7 @@ def train_offline(
     return history
 
 
-def _rewarded(result: sf.RunResult, answer: str, reward: Reward, recorder: sf.Store | None) -> RewardedRun:
+def rewarded(result: sf.RunResult, answer: str, reward: Reward, recorder: sf.Store | None) -> RewardedRun:
     """Step 3 online: reward the rollout's model traces against ``answer`` and record each reward in the store."""
     given = rewards_from(result.traces, answer, reward)
     if recorder is not None:
@@ -349,7 +376,7 @@ def _recorded(store: sf.Store, info: sf.RunInfo, answers: Mapping[str, str] | No
     return RewardedRun(traces, rewards_from(traces, answers[problem], reward), answers[problem])
 
 
-def _with_rollouts(metrics: StepMetrics, items: Sequence[Credited], results: Sequence[sf.RunResult],
+def with_rollouts(metrics: StepMetrics, items: Sequence[Credited], results: Sequence[sf.RunResult],
                    runs: Sequence[RewardedRun], *, rollout_s: float, sampled: int) -> StepMetrics:
     """The online step's metrics: the share of runs whose final answer is right, the rollouts' figures, per role
     the share of answered traces (``reward_mean`` is 0.0 rather than ``None`` when nothing was rewarded)."""

@@ -8,15 +8,18 @@ already connected to, or else starts a local one (``ray.init()``); ``"auto"`` or
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from scaffold._errors import ClusterError
+from scaffold._result import RunResult
+from scaffold._runner import MapRequest
 
 
 @dataclass(frozen=True)
 class Cluster:
-    """A Ray cluster to run ``Graph.map`` or an evaluation on.
+    """A Ray cluster to run ``Graph.map`` or an evaluation on: a :class:`~scaffold.Runner`.
 
     Args:
         address: the cluster to join (``None``: the one already connected, else a new local one;
@@ -47,6 +50,12 @@ class Cluster:
             raise ClusterError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.num_cpus < 0 or self.max_restarts < 0:
             raise ClusterError("num_cpus and max_restarts cannot be negative")
+
+    def map(self, request: MapRequest) -> AsyncIterator[RunResult]:
+        """``request``'s rows on this cluster's workers, results in completion order (:mod:`scaffold.cluster`)."""
+        from scaffold.cluster._map import map_on_cluster  # Ray and the workers' code load with the first job
+
+        return map_on_cluster(request, self)
 
     def connect(self) -> Any:
         """Import Ray and join (or start) the cluster; returns the ``ray`` module."""

@@ -1,9 +1,9 @@
 """One cluster job: its shared services (limits coordinator, SQLite writer), its workers, and the rows it hands out.
 
 :class:`ClusterJob` starts the services and the workers for a graph and its models, and stops them.
-:class:`Dispatcher` hands :class:`JobRow` s to workers: a free place takes the next pending row,
-rows of a worker that died go back to the front of the queue (their run ids unchanged, so what
-was recorded is reused), and a replacement worker is started while ``Cluster.max_restarts``
+:class:`Dispatcher` hands planned rows (:class:`~scaffold._runner.PlannedRow`) to workers: a free place
+takes the next pending row, rows of a worker that died go back to the front of the queue (their run ids
+unchanged, so what was recorded is reused), and a replacement worker is started while ``Cluster.max_restarts``
 allows. ``Graph.map(..., cluster=...)`` runs one dispatcher over a dataset; a training loop keeps one
 job and one dispatcher for all its steps (``trainers.distributed``).
 """
@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scaffold._budget import Budget
 from scaffold._errors import ClusterError
 from scaffold._executor import bind_models
 from scaffold._result import RunResult
-from scaffold.cluster._cluster import Cluster
+from scaffold._runner import PlannedRow
 from scaffold.cluster._limits import LimitsCoordinator, LimitSpec
 from scaffold.cluster._store import StoreWriter, store_plan
 from scaffold.cluster._worker import BUDGET_KEY, RowWorker, WorkerPayload, plan_models
@@ -28,19 +27,7 @@ from scaffold.store._default import resolve_store
 
 if TYPE_CHECKING:
     from scaffold._graph import Graph
-
-
-@dataclass
-class JobRow:
-    """One row to run, with everything fixed before it is first sent (so a retry runs it the same way)."""
-
-    row: Mapping[str, Any]
-    position: int
-    """The row's position in its dataset (``RunResult.index`` of its result)."""
-    seed: int | None
-    run_id: str
-    item: int | None = None
-    """The dataset item it is recorded as (``None``: none)."""
+    from scaffold.cluster._cluster import Cluster
 
 
 class ClusterJob:
@@ -182,14 +169,14 @@ class Dispatcher:
 
     def __init__(self, job: ClusterJob, per_worker: int, dataset: str | None) -> None:
         self.job, self.workers, self.per_worker, self.dataset = job, job.workers, per_worker, dataset
-        self.pending: deque[JobRow] = deque()
-        self.running: dict[asyncio.Future[Any], tuple[int, JobRow]] = {}
+        self.pending: deque[PlannedRow] = deque()
+        self.running: dict[asyncio.Future[Any], tuple[int, PlannedRow]] = {}
         self.finished: deque[RunResult] = deque()
         self._wake = asyncio.Event()
         exceptions = job.ray.exceptions
         self._dead = (exceptions.RayActorError, exceptions.ActorUnavailableError)
 
-    def add(self, row: JobRow) -> None:
+    def add(self, row: PlannedRow) -> None:
         """Queue ``row`` behind the others; it is sent at once when a place is free."""
         self.pending.append(row)
         self._send()

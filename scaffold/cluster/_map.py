@@ -16,54 +16,39 @@ worker is started while ``Cluster.max_restarts`` allows; with no worker left the
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from scaffold._budget import Budget
 from scaffold._errors import ClusterError
-from scaffold._graph_map import _END, _progress, _row_reader
 from scaffold._result import RunResult
-from scaffold.cluster._cluster import Cluster
-from scaffold.cluster._jobs import ClusterJob, Dispatcher, JobRow
+from scaffold._runner import MapRequest, RowFeed, progress_bar
+from scaffold.cluster._jobs import ClusterJob, Dispatcher
 
 if TYPE_CHECKING:
-    from scaffold._graph import Graph
+    from scaffold.cluster._cluster import Cluster
 
 
-async def map_on_cluster(
-    graph: Graph,
-    rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
-    *,
-    cluster: Cluster,
-    models: Mapping[str, Any],
-    concurrency: int,
-    seed: int | None,
-    progress: bool,
-    run_id: str | None,
-    dataset: str | None,
-    store: Any,
-    items: Sequence[int] | None,
-    run_kwargs: dict[str, Any],
-) -> AsyncIterator[RunResult]:
-    """What ``Graph.map(..., cluster=...)`` yields: one result per row, in completion order."""
-    per_worker, budget = _checked(cluster, concurrency, run_kwargs)
+async def map_on_cluster(request: MapRequest, cluster: Cluster) -> AsyncIterator[RunResult]:
+    """What ``Graph.map(..., runner=cluster)`` yields: one result per row, in completion order."""
+    run_kwargs = dict(request.run_kwargs)
+    per_worker, budget = _checked(cluster, request.concurrency, run_kwargs)
     job = ClusterJob(cluster, budget)
     try:
-        await job.start(graph, models, store, run_kwargs)
+        await job.start(request.graph, request.models, request.store, run_kwargs)
     except BaseException:
         await job.close()
         raise
-    feed = _Feed(rows, items, seed, run_id, recorded=dataset is not None)
-    dispatch = Dispatcher(job, per_worker, dataset)
-    bar = _progress(progress, rows)
+    feed = RowFeed(request, fresh_ids=True)  # a retried row must keep its id: fixed here, before it is sent
+    dispatch = Dispatcher(job, per_worker, request.dataset)
+    bar = progress_bar(request.progress, request.rows)
     try:
         while True:
             while not dispatch.pending and dispatch.has_place():
-                job_row = await feed.next()
-                if job_row is None:
+                planned = await feed.next()
+                if planned is None:
                     break
-                dispatch.add(job_row)
+                dispatch.add(planned)
             result = await dispatch.next()
             if result is None:
                 if not feed.exhausted:  # rows are left and no worker can take them
@@ -92,33 +77,3 @@ def _checked(cluster: Cluster, concurrency: int, run_kwargs: dict[str, Any]) -> 
         if run_kwargs.get(unsupported):
             raise ClusterError(f"{unsupported}= runs in the caller's process and cannot go to cluster workers")
     return per_worker, budget
-
-
-class _Feed:
-    """The dataset's rows, read lazily, each with its position, seed and run id fixed when it is read."""
-
-    def __init__(self, rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
-                 items: Sequence[int] | None, seed: int | None, run_id: str | None, *, recorded: bool) -> None:
-        self.read = _row_reader(rows)
-        self.numbers = None if items is None else iter(items)
-        self.seed, self.run_id, self.recorded = seed, run_id, recorded
-        self.position = 0
-        self.exhausted = False
-
-    async def next(self) -> JobRow | None:
-        if self.exhausted:
-            return None
-        row = await self.read()
-        if row is _END:
-            self.exhausted = True
-            return None
-        if self.numbers is not None:
-            given = next(self.numbers, None)
-            if given is None:
-                raise ValueError("items has fewer positions than there are rows")
-            self.position = given
-        position = self.position
-        self.position += 1
-        return JobRow(row, position, None if self.seed is None else self.seed + position,
-                      f"{self.run_id}-{position}" if self.run_id is not None else uuid.uuid4().hex[:16],
-                      position if self.recorded else None)
