@@ -67,6 +67,10 @@ class ModelAliasError(GraphError):
     """A graph uses a model alias that the run does not bind."""
 
 
+class ModelSpecError(ModelAliasError):
+    """A model spec (``--model``, a served model's alias) names no model this installation can run."""
+
+
 class GraphDefinitionError(GraphError):
     """Any other malformed graph: wrong argument types, bad selector output, misuse of the DSL."""
 
@@ -199,6 +203,14 @@ class SchemaVersionError(StoreError):
 
 class ResumeError(StoreError):
     """A run id already in the store was run again with a different graph, inputs or seed."""
+
+
+class CatalogueError(ScaffoldError, LookupError):
+    """No topology catalogue is installed, or the plugin that supplies it failed to load."""
+
+
+class MissingDependencyError(ScaffoldError, ImportError):
+    """An optional dependency the chosen feature needs is not installed; the message says what to install."""
 
 
 class ClusterError(ScaffoldError, RuntimeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import scaffold.cli._plugins as plugins
+import scaffold.catalogue._plugins as plugins
 from scaffold.cli import Registry, main
 
 
@@ -64,3 +65,35 @@ def test_two_plugins_cannot_claim_one_command_name():
     registry.add_command(click.Command("hello"))
     with pytest.raises(ValueError, match="name of its own"):
         registry.add_command(click.Command("hello"))
+
+
+def test_a_third_party_plugin_installed_beside_ours_registers_its_command_and_the_server_sees_the_catalogue(
+        monkeypatch, tmp_path: Path):
+    """The plugin contract, as a third party meets it: a distribution on the path whose ``entry_points.txt`` names a
+    ``register(registry)`` in the ``scaffold.cli`` group is found by ``importlib.metadata``; its command joins the
+    registry beside ours, and the catalogue still comes from ``graphs`` (read by the CLI and the server alike)."""
+    (tmp_path / "acme_plugin.py").write_text(
+        "import click\n\n"
+        "@click.command('acme')\n"
+        "def acme():\n"
+        "    click.echo('acme ran')\n\n"
+        "def register(registry):\n"
+        "    registry.add_command(acme)\n")
+    info = tmp_path / "acme_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{plugins.ENTRY_POINT_GROUP}]\nacme = acme_plugin:register\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(plugins, "_REGISTRY", None)
+    registry = plugins.registry()
+    assert registry.failed == {}
+    assert set(registry.commands) >= {"acme", "train"}
+    import graphs.registry
+    from scaffold.catalogue import topology_aliases
+
+    assert plugins.topologies() is graphs.registry
+    built = graphs.registry.build_topology("self_consistency")
+    assert topology_aliases("self_consistency", {}) == sorted(built.aliases)
+    done = CliRunner().invoke(registry.commands["acme"])
+    assert done.exit_code == 0 and done.output == "acme ran\n"

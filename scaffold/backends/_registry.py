@@ -69,10 +69,27 @@ def backend_from_spec(spec: str, **options: Any) -> Backend:
         >>> type(backend_from_spec("litellm:hosted_vllm/tiny", api_base="http://127.0.0.1:8000/v1")).__name__
         'LiteLLMBackend'
     """
+    kind, model = parse_spec(spec, options.get("api_base"))
+    return make_backend(kind, model, options)
+
+
+def parse_spec(spec: str, api_base: str | None = None) -> tuple[str, str]:
+    """The one grammar of model strings: ``(kind, model)`` for ``spec``. ``"kind:model"`` names its backend
+    (one of :data:`BACKENDS`); a local directory is a transformers model; any other name gets the backend
+    :func:`default_kind` chooses (with ``api_base`` when given).
+
+    Examples:
+        >>> parse_spec("vllm:/models/x"), parse_spec("openai:gpt-4o-mini"), parse_spec("openai/gpt-4o-mini")
+        (('vllm', '/models/x'), ('openai', 'gpt-4o-mini'), ('litellm', 'openai/gpt-4o-mini'))
+        >>> parse_spec("http://host/v1")  # a URL is not a kind
+        ('litellm', 'http://host/v1')
+    """
     kind, _, rest = spec.partition(":")
     if rest and kind in BACKENDS and not rest.startswith("//"):
-        return make_backend(kind, rest, options)
-    return make_backend(default_kind(spec, options.get("api_base")), spec, options)
+        return kind, rest
+    if Path(spec).expanduser().is_dir():
+        return "transformers", str(Path(spec).expanduser())
+    return default_kind(spec, api_base), spec
 
 
 def default_kind(model: str, api_base: str | None) -> str:

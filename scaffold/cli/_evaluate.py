@@ -239,7 +239,7 @@ def _print(reports: Sequence[Any], as_json: bool) -> None:
 def sweep(topology: str, params: Mapping[str, str]) -> list[dict[str, str]]:
     """One parameter set per combination of comma-separated values (tuple parameters keep their commas)."""
     from scaffold._errors import GraphError
-    from scaffold.cli._plugins import topologies
+    from scaffold.catalogue import topologies
 
     catalogue = topologies()
     try:

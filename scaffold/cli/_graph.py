@@ -24,7 +24,7 @@ def summary(name: str) -> str:
     """One line about topology ``name``: the first line of its function's docstring (else its module's)."""
     import sys
 
-    from scaffold.cli._plugins import topologies
+    from scaffold.catalogue import topologies
 
     function = topologies().topology(name)
     doc = function.fn.__doc__ or sys.modules[function.fn.__module__].__doc__ or ""
@@ -46,7 +46,7 @@ def _build(name: str, params: dict[str, str], prompts: str) -> Any:
 
 def _parameters(name: str) -> str:
     from scaffold._errors import GraphError
-    from scaffold.cli._plugins import topologies
+    from scaffold.catalogue import topologies
 
     catalogue = topologies()
     try:
@@ -82,7 +82,7 @@ def list_command(with_params: bool) -> None:
       scaffold graph list
       scaffold graph list --params
     """
-    from scaffold.cli._plugins import topologies
+    from scaffold.catalogue import topologies
 
     names = list(topologies().TOPOLOGIES)
     if not with_params:

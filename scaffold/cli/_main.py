@@ -19,7 +19,7 @@
 
 ``train`` comes from the ``trainers`` package and the topologies that ``run``, ``eval`` and ``graph``
 name from ``graphs``: both are plugins, found through the ``scaffold.cli`` entry points
-(:mod:`scaffold.cli._plugins`), so this package imports neither.
+(:mod:`scaffold.catalogue`), so this package imports neither.
 
 Also ``python -m scaffold``. Errors (an unknown run, a store that cannot be opened, a bad
 time, a missing optional dependency: :mod:`scaffold.cli._extras` names its extra) print one line
@@ -33,13 +33,13 @@ from typing import Any
 
 import click
 
+from scaffold.catalogue import registry
 from scaffold.cli._common import StoreHandle
 from scaffold.cli._compare import compare
 from scaffold.cli._data import data_group
 from scaffold.cli._evaluate import eval_command
 from scaffold.cli._extras import missing_dependency
 from scaffold.cli._graph import graph_group
-from scaffold.cli._plugins import registry
 from scaffold.cli._pocket import pocket
 from scaffold.cli._run import run_command
 from scaffold.cli._runs import runs

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
 
-from scaffold.cli._models import Bound, bind_models, parse_model_options
+from scaffold import catalogue
+from scaffold.catalogue import Bound
+from scaffold.cli._models import bind_cli_models, parse_model_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,22 +58,17 @@ def split_params(values: Sequence[str]) -> dict[str, str]:
 
 
 def build(name: str, params: Mapping[str, str], *, warn: bool = True, **options: Any) -> Any:
-    """Topology ``name`` built by the installed catalogue; a renamed parameter (``-p population=8``) still
-    works, and its deprecation is one ``warning:`` line on stderr (``warn=False``: silently, for a dry build)."""
-    from scaffold.cli._plugins import topologies
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DeprecationWarning)
-        graph = topologies().build_topology(name, params, **options)
-    for warning in caught:
-        if warn and issubclass(warning.category, DeprecationWarning):
-            click.echo(f"warning: {warning.message}", err=True)
-    return graph
+    """Topology ``name`` built by the installed catalogue (:func:`scaffold.catalogue.build`); a renamed parameter
+    (``-p population=8``) still works, and its deprecation is one ``warning:`` line on stderr (``warn=False``:
+    silently, for a dry build)."""
+    return catalogue.build(name, params, warn=_warning_line if warn else None, **options)
 
 
-def topology_aliases(name: str, params: dict[str, str]) -> list[str]:
-    """The model aliases topology ``name`` uses with ``params`` (built with generic prompts: no model needed)."""
-    return sorted(build(name, params, warn=False).aliases)
+def _warning_line(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+topology_aliases = catalogue.topology_aliases
 
 
 def prepare(name: str, params: dict[str, str], model_values: Sequence[str], *, api_base: str | None,
@@ -82,8 +78,8 @@ def prepare(name: str, params: dict[str, str], model_values: Sequence[str], *, a
 
     try:
         aliases = topology_aliases(name, params)
-        bound = bind_models(aliases, parse_model_options(model_values), api_base=api_base, temperature=temperature,
-                            max_tokens=max_tokens)
+        bound = bind_cli_models(aliases, parse_model_options(model_values), api_base=api_base,
+                                temperature=temperature, max_tokens=max_tokens)
         use_pocket = (prompts or ("pocket" if bound.pocket else "generic")) == "pocket"
         graph = build(name, params, prompts="pocket" if use_pocket else "generic", model_dir=bound.pocket_dir)
     except GraphError as exc:

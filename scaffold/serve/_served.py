@@ -9,6 +9,7 @@ timeout and budget live in that request's :class:`Plan`, never in shared state.
 from __future__ import annotations
 
 import math
+import sys
 import time
 import uuid
 from collections import OrderedDict
@@ -16,8 +17,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scaffold._errors import GraphError, InputError, StoreError
+from scaffold._errors import (
+    AuthenticationError,
+    CatalogueError,
+    GraphError,
+    InputError,
+    MissingDependencyError,
+    ModelSpecError,
+    StoreError,
+)
 from scaffold._values import INT64, check_value
+from scaffold.catalogue import bind_specs, build, topologies, topology_aliases
 from scaffold.serve._config import BudgetSettings, ConfigError, ServedModelConfig
 from scaffold.serve._errors import ApiError
 from scaffold.serve._wire import ChatMessage, ChatRequest, CompletionRequest
@@ -95,11 +105,9 @@ class ServedGraph:
 
     # -- building -------------------------------------------------------------------------------
     def _build(self, overrides: Mapping[str, Any]) -> Graph:
-        from scaffold.cli._options import build
-
         params = {**self.config.params, **overrides}  # a renamed parameter: one `warning:` line, at start-up only
-        graph: Graph = build(self.config.topology, params, warn=not overrides, prompts=self.prompts,
-                             model_dir=self.model_dir)
+        graph: Graph = build(self.config.topology, params, warn=None if overrides else _warning_line,
+                             prompts=self.prompts, model_dir=self.model_dir)
         missing = sorted(graph.aliases - self.models.keys())
         if missing:
             raise GraphError(f"the graph uses model alias(es) {', '.join(missing)} that {self.name!r} does not bind; "
@@ -107,8 +115,6 @@ class ServedGraph:
         return graph
 
     def _allowed_params(self) -> list[str]:
-        from scaffold.cli._plugins import topologies
-
         defaults = topologies().topology(self.config.topology).defaults
         self.configured = {**defaults, **self.graph.params}
         """Every build parameter's value as served (the config's, as the graph took it, else the topology's)."""
@@ -315,11 +321,8 @@ def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model
                 store: Any = None) -> ServedGraph:
     """Bind ``config``'s aliases (``[models]`` names, specs, tables; ``defaults`` from the command line) and
     build its :class:`ServedGraph`. ``made`` caches models by spec across served graphs (one limit per spec)."""
-    import click
-
     from scaffold.backends._entry import ModelEntry
     from scaffold.backends._registry import model_from_config
-    from scaffold.cli._models import bind_models
 
     aliases = served_aliases(name, config)
     unknown = sorted(set(config.models) - set(aliases))
@@ -342,9 +345,8 @@ def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model
     if specs:
         try:
             chosen: dict[str | None, str] = {alias: spec for alias, spec in specs.items()}
-            bound = bind_models(sorted(specs), chosen,
-                                api_base=api_base, temperature=None, max_tokens=None)
-        except click.ClickException as exc:
+            bound = bind_specs(sorted(specs), chosen, api_base=api_base, temperature=None, max_tokens=None)
+        except (ModelSpecError, AuthenticationError, MissingDependencyError) as exc:
             raise ConfigError(f"served model {name!r}: {_message(exc)}") from None
         for alias, spec in bound.specs.items():
             models[alias] = made.setdefault(spec, bound.models[alias])
@@ -369,14 +371,14 @@ def _kind(value: Any) -> str:
 
 def served_aliases(name: str, config: ServedModelConfig) -> list[str]:
     """The model aliases a served model's topology uses (a bad topology or parameter: :class:`ConfigError`)."""
-    import click
-
-    from scaffold.cli._options import topology_aliases
-
     try:
         return topology_aliases(config.topology, dict(config.params))
-    except (GraphError, click.ClickException) as exc:
+    except (GraphError, CatalogueError) as exc:
         raise ConfigError(f"served model {name!r}: {_message(exc)}") from None
+
+
+def _warning_line(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _message(exc: BaseException) -> str:

@@ -1,16 +1,17 @@
-"""Plugins of the ``scaffold`` command line: the packages built on scaffold add their parts to it.
+"""Plugins: the packages built on scaffold add topologies and commands through entry points.
 
-Imports point one way (scaffold ← graphs ← trainers), so the command line in scaffold imports
-neither ``graphs`` nor ``trainers``. Each package instead declares an entry point in the
+Imports point one way (scaffold ← graphs ← trainers), so neither the command line nor the server
+imports ``graphs`` or ``trainers``. Each package instead declares an entry point in the
 ``scaffold.cli`` group, a function that takes the :class:`Registry` and fills it::
 
     [project.entry-points."scaffold.cli"]
     graphs = "graphs.cli:register"        # the topology catalogue: run, eval, graph list/params/show
     trainers = "trainers.cli:register"    # the train command
 
-The entry points are read once, when the command line is assembled. A plugin that fails to load
-is remembered, not raised: the commands that do not need it keep working, and the ones that do
-say which plugin failed and why, in one line.
+The entry points are read once, on first use (the command line reads them when it is assembled). A
+plugin that fails to load is remembered, not raised: what does not need it keeps working, and what
+does raises :class:`~scaffold.CatalogueError` saying which plugin failed and why, in one line.
+The group keeps its name, ``scaffold.cli``, for the plugins already written against it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import click
+from scaffold._errors import CatalogueError
 
 if TYPE_CHECKING:
+    import click
+
     from scaffold._graph import Graph, GraphFunction
 
 ENTRY_POINT_GROUP = "scaffold.cli"
@@ -59,7 +62,7 @@ class Registry:
 
     def __init__(self) -> None:
         self.commands: dict[str, click.Command] = {}
-        """Extra commands by name (``train``)."""
+        """Extra commands of the command line by name (``train``)."""
         self.topologies: Topologies | None = None
         """The topology catalogue, if a plugin supplied one."""
         self.failed: dict[str, str] = {}
@@ -105,7 +108,7 @@ def topologies() -> Topologies:
     if found is not None:
         return found
     failed = "; ".join(f"plugin {name!r} failed to load ({why})" for name, why in registry().failed.items())
-    raise click.ClickException(
+    raise CatalogueError(
         (failed + "; " if failed else "") + "no topologies are installed: the `graphs` package provides them "
         f"through the {ENTRY_POINT_GROUP!r} entry point; install the project with `pip install -e .`"
     )
