@@ -32,7 +32,7 @@ import scaffold as sf
 import scaffold.testing._server as server_module
 from scaffold._types import Request
 from scaffold.testing import VirtualClock
-from scaffold.testing._openai_wire import error_response, fake_logprob, fake_token_id, fake_tokenize
+from scaffold.testing._fake_answers import error_response, fake_logprob, fake_token_id, fake_tokenize
 from scaffold.testing._server import Fault, OpenAIServer, ServerRequest
 
 

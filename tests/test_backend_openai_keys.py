@@ -32,7 +32,7 @@ from openai_helpers import (
 import scaffold as sf
 import scaffold.testing._server as server_module
 from scaffold.backends import Retry
-from scaffold.testing._openai_wire import Refusal, error_response
+from scaffold.testing._fake_answers import Refusal, error_response
 from scaffold.testing._server import Fault, OpenAIServer
 
 

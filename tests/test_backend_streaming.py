@@ -19,7 +19,7 @@ import scaffold as sf
 from scaffold._types import Completion, Delta, Finished, Request
 from scaffold.backends import stream_completions
 from scaffold.testing import ScriptedBackend
-from scaffold.testing._openai_wire import fake_tokenize
+from scaffold.testing._fake_answers import fake_tokenize
 from scaffold.testing._server import Fault, OpenAIServer, ServerRequest
 
 KEY = "sk-stream-5e4d3c2b1a09"

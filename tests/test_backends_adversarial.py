@@ -24,7 +24,7 @@ from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._types import Completion, Request, Usage
 from scaffold.backends import Retry
 from scaffold.testing import ScriptedBackend, VirtualClock
-from scaffold.testing._openai_wire import Refusal, error_response
+from scaffold.testing._fake_answers import Refusal, error_response
 from scaffold.testing._server import Fault, OpenAIServer
 
 KEY = "tgp-v1-7c1d2e3f4a5b6c7d8e9f"  # not shaped like an OpenAI key: only redaction by value can hide it

@@ -36,13 +36,9 @@ from scaffold._errors import (
     RunTimeout,
     StoreError,
 )
+from scaffold._openai_wire import ERROR_TYPES, error_body
 
 __all__ = ["ApiError", "from_run_error"]
-
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
-          415: "invalid_request_error", 431: "invalid_request_error", 429: "rate_limit_error",
-          502: "upstream_error", 503: "server_error", 504: "timeout_error", 500: "server_error"}
 
 
 class ApiError(Exception):
@@ -68,8 +64,7 @@ class ApiError(Exception):
         from scaffold._secrets import environment_secrets, redact
 
         message = redact(self.message, environment_secrets()) if self.redact else self.message
-        return {"error": {"message": message, "type": _TYPES.get(self.status, "server_error"), "param": self.param,
-                          "code": self.code}}
+        return error_body(message, ERROR_TYPES.get(self.status, "server_error"), param=self.param, code=self.code)
 
 
 def from_run_error(exc: BaseException) -> ApiError:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from scaffold import _openai_wire as wire
 from scaffold._types import Trace, TraceKind
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def accounting(results: Sequence[RunResult]) -> tuple[dict[str, int], dict[str, 
             node["prompt_tokens"] += trace.usage.prompt_tokens
             node["completion_tokens"] += trace.usage.completion_tokens
     cost = None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
-    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage = wire.usage(prompt, completion)
     extension = {"run_ids": [r.run_id for r in results], "calls": calls, "cost": cost, "nodes": nodes,
                  "answers": [r.answer for r in results]}
     return usage, extension
@@ -67,46 +68,31 @@ def headers(run_ids: Sequence[str], cost: float | None | str = "unknown") -> dic
     return out
 
 
-def chat_body(model: str, results: Sequence[RunResult], traces: Sequence[Trace]) -> dict[str, Any]:
+def body(chat: bool, model: str, results: Sequence[RunResult], traces: Sequence[Trace]) -> dict[str, Any]:
+    """The JSON answer of a chat (``chat``) or text completion request whose choices are ``traces``."""
     usage, extension = accounting(results)
     return {
-        "id": f"chatcmpl-{results[0].run_id}", "object": "chat.completion", "created": int(time.time()),
-        "model": model, "system_fingerprint": None,
-        "choices": [{"index": i, "message": {"role": "assistant", "content": trace.text},
-                     "logprobs": None, "finish_reason": finish_reason(trace)} for i, trace in enumerate(traces)],
+        "id": wire.response_id(chat, results[0].run_id), "object": wire.object_name(chat),
+        "created": int(time.time()), "model": model, "system_fingerprint": None,
+        "choices": [wire.choice(chat, i, trace.text, finish_reason(trace)) for i, trace in enumerate(traces)],
         "usage": usage, "scaffold": extension,
     }
+
+
+def chat_body(model: str, results: Sequence[RunResult], traces: Sequence[Trace]) -> dict[str, Any]:
+    return body(True, model, results, traces)
 
 
 def completion_body(model: str, results: Sequence[RunResult], traces: Sequence[Trace]) -> dict[str, Any]:
-    usage, extension = accounting(results)
-    return {
-        "id": f"cmpl-{results[0].run_id}", "object": "text_completion", "created": int(time.time()), "model": model,
-        "system_fingerprint": None,
-        "choices": [{"index": i, "text": trace.text, "logprobs": None, "finish_reason": finish_reason(trace)}
-                    for i, trace in enumerate(traces)],
-        "usage": usage, "scaffold": extension,
-    }
+    return body(False, model, results, traces)
 
 
 def chunk(chat: bool, response_id: str, model: str, created: int, choice: int | None, *, content: str | None = None,
           role: bool = False, reasoning: str | None = None, finish: str | None = None) -> dict[str, Any]:
     """One streamed chunk (``choice=None``: the usage chunk, with no choices)."""
-    if chat:
-        base: dict[str, Any] = {"id": response_id, "object": "chat.completion.chunk", "created": created,
-                                "model": model, "system_fingerprint": None}
-        if choice is None:
-            return {**base, "choices": []}
-        delta: dict[str, Any] = {}
-        if role:
-            delta["role"] = "assistant"
-        if content is not None:
-            delta["content"] = content
-        if reasoning is not None:
-            delta["reasoning_content"] = reasoning
-        return {**base, "choices": [{"index": choice, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-    base = {"id": response_id, "object": "text_completion", "created": created, "model": model,
-            "system_fingerprint": None}
+    base: dict[str, Any] = {"id": response_id, "object": wire.object_name(chat, chunk=True), "created": created,
+                            "model": model, "system_fingerprint": None}
     if choice is None:
         return {**base, "choices": []}
-    return {**base, "choices": [{"index": choice, "text": content or "", "logprobs": None, "finish_reason": finish}]}
+    return {**base, "choices": [wire.chunk_choice(chat, choice, content=content, role=role, reasoning=reasoning,
+                                                  finish=finish)]}

@@ -14,14 +14,15 @@ flight is recorded as cancelled.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 
+from scaffold import _openai_wire as wire
 from scaffold._events import TraceFinished
+from scaffold._openai_wire import DONE, sse
 from scaffold._types import Status, TraceKind
 from scaffold.serve._errors import ApiError, from_run_error
 from scaffold.serve._responses import accounting, chunk, final_trace, finish_reason
@@ -40,11 +41,6 @@ PROGRESS_INTERVAL = 0.25
 Emit = Callable[[bytes], None]
 
 
-def _data(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
 
 
 class EventStream(Response):
@@ -108,7 +104,7 @@ async def stream_runs(served: ServedGraph, plan: Plan, emit: Emit, *, chat: bool
                       first_content: Callable[[], None], subscribers: Sequence[Subscriber] = ()) -> list[RunResult]:
     """Run ``plan``'s choices, emitting chunks; returns the results (failed ones included)."""
     model, created = served.name, int(time.time())
-    response_id = ("chatcmpl-" if chat else "cmpl-") + plan.run_ids[0]
+    response_id = wire.response_id(chat, plan.run_ids[0])
     choice_of = {run_id: i for i, run_id in enumerate(plan.run_ids)}
     streamed_node = plan.graph.streamed_node
     streamed: set[int] = set()
@@ -119,7 +115,7 @@ async def stream_runs(served: ServedGraph, plan: Plan, emit: Emit, *, chat: bool
         if not sent_first:
             sent_first = True
             first_content()
-        emit(_data(chunk(chat, response_id, model, created, choice, content=text)))
+        emit(sse(chunk(chat, response_id, model, created, choice, content=text)))
 
     def on_delta(trace_id: str, delta: Delta) -> None:
         if delta.text:
@@ -131,7 +127,7 @@ async def stream_runs(served: ServedGraph, plan: Plan, emit: Emit, *, chat: bool
     progress = _Progress(plan, emit, chat, response_id, model, created) if plan.progress else None
     if chat:
         for choice in range(plan.n):
-            emit(_data(chunk(chat, response_id, model, created, choice, role=True, content="")))
+            emit(sse(chunk(chat, response_id, model, created, choice, role=True, content="")))
     budget = plan.new_budget()
     results: list[RunResult | None] = [None] * plan.n
     watchers: tuple[Subscriber, ...] = (*subscribers, progress) if progress is not None else tuple(subscribers)
@@ -147,14 +143,14 @@ async def stream_runs(served: ServedGraph, plan: Plan, emit: Emit, *, chat: bool
             raise _RunFailed(result)
         if choice not in streamed:
             content(choice, trace.text)
-        emit(_data(chunk(chat, response_id, model, created, choice, finish=finish_reason(trace))))
+        emit(sse(chunk(chat, response_id, model, created, choice, finish=finish_reason(trace))))
 
     if not await _all_or_error([one(i) for i in range(plan.n)], emit):
         return [r for r in results if r is not None]
     done = [r for r in results if r is not None]
     if include_usage:
         usage, extension = accounting(done)
-        emit(_data({**chunk(chat, response_id, model, created, None), "usage": usage, "scaffold": extension}))
+        emit(sse({**chunk(chat, response_id, model, created, None), "usage": usage, "scaffold": extension}))
     emit(DONE)
     return done
 
@@ -170,7 +166,7 @@ async def _all_or_error(work: list[Any], emit: Emit) -> bool:
         await asyncio.gather(*tasks, return_exceptions=True)
         error = from_run_error(failed.result.error) if failed.result.error is not None else ApiError(
             502, "the graph produced no answer (every candidate failed)", code="no_answer")
-        emit(_data(error.body()))
+        emit(sse(error.body()))
         emit(DONE)
         return False
     finally:
@@ -222,4 +218,4 @@ class _Progress:
             self.emit(b": " + text.encode() + b"\n\n")
         elif self.chat:
             response_id, model, created = self.ident
-            self.emit(_data(chunk(True, response_id, model, created, 0, reasoning=text + "\n")))
+            self.emit(sse(chunk(True, response_id, model, created, 0, reasoning=text + "\n")))

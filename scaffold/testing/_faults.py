@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from scaffold.testing._openai_wire import ServerRequest
+from scaffold.testing._fake_answers import ServerRequest
 
 FaultKind = Literal["rate_limit", "server_error", "slow", "malformed", "drop", "truncated"]
 

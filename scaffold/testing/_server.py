@@ -10,7 +10,7 @@ It serves ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/mod
 ``max_tokens`` and adds usage, logprobs (``logprobs``) and vLLM's token ids (``return_token_ids``).
 With ``stream: true`` the answer is server-sent events over chunked transfer encoding, one token per
 event, choices interleaved, per-chunk ``token_ids``, a usage chunk when
-``stream_options.include_usage``, then ``data: [DONE]`` (:mod:`scaffold.testing._openai_sse`).
+``stream_options.include_usage``, then ``data: [DONE]`` (:mod:`scaffold.testing._fake_stream`).
 Failures come from :meth:`OpenAIServer.inject` (a FIFO of :class:`Fault`), from a ``faults`` rule,
 from ``allowed_rate`` (a token bucket answering 429 with ``Retry-After``) — all three kept by the
 server's :class:`~scaffold.testing._faults.FaultPlan` — from ``api_key`` (401) and ``max_context``
@@ -54,10 +54,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from scaffold.testing._faults import Fault, FaultKind, FaultPlan
-from scaffold.testing._http import CutStream, HTTPResponse, StreamedResponse, phrase, serve_connection
-from scaffold.testing._openai_sse import DONE, StreamedAnswer, sse, stream_chunks
-from scaffold.testing._openai_wire import (
+from scaffold._openai_wire import DONE, sse
+from scaffold.testing._fake_answers import (
     Refusal,
     ServerRequest,
     check_api_key,
@@ -71,6 +69,9 @@ from scaffold.testing._openai_wire import (
     parse_request,
     rate_limited_response,
 )
+from scaffold.testing._fake_stream import StreamedAnswer, stream_chunks
+from scaffold.testing._faults import Fault, FaultKind, FaultPlan
+from scaffold.testing._http import CutStream, HTTPResponse, StreamedResponse, phrase, serve_connection
 
 __all__ = [
     "Fault",

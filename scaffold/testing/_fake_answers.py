@@ -1,15 +1,15 @@
-"""The OpenAI wire format as :class:`~scaffold.testing._server.OpenAIServer` speaks it.
+"""The fake server's requests and answers: what :class:`~scaffold.testing._server.OpenAIServer` reads and says.
 
 Parses chat and completion request bodies into :class:`ServerRequest`, builds the JSON answers
-(choices, usage, logprobs, vLLM's token ids) and OpenAI-style error bodies, and holds the fake
-tokenizer that counts tokens and makes ids and logprobs (see the server's module docstring for
+(choices, usage, logprobs, vLLM's token ids) and error responses in the shapes of
+:mod:`scaffold._openai_wire` (the one home of the wire format, which ``scaffold serve`` speaks too),
+and holds the fake tokenizer that counts tokens and makes ids and logprobs (see the server's module docstring for
 where it departs from the real services). Standard library only.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 import uuid
@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scaffold import _openai_wire as wire
 from scaffold.testing._http import HTTPResponse
 
 __all__ = [
@@ -119,12 +120,12 @@ def error_response(
     headers: tuple[tuple[str, str], ...] = (),
 ) -> HTTPResponse:
     """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``."""
-    return json_response(status, {"error": {"message": message, "type": kind, "param": param, "code": code}}, headers)
+    return json_response(status, wire.error_body(message, kind, param=param, code=code), headers)
 
 
 def rate_limited_response(seconds: float, message: str) -> HTTPResponse:
     """429 with ``Retry-After`` (whole seconds, rounded up) and ``retry-after-ms`` headers."""
-    headers = (("Retry-After", str(max(1, math.ceil(seconds)))), ("retry-after-ms", str(math.ceil(seconds * 1000))))
+    headers = tuple(wire.retry_after(seconds).items())
     return error_response(429, message, "rate_limit_error", code="rate_limit_exceeded", headers=headers)
 
 
@@ -222,16 +223,12 @@ def completion_body(request: ServerRequest, texts: Sequence[str]) -> dict[str, A
         choices.append(_choice(request, index, tokens, finish, with_ids))
     chat = request.endpoint == "chat"
     answer: dict[str, Any] = {
-        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
-        "object": "chat.completion" if chat else "text_completion",
+        "id": wire.response_id(chat, uuid.uuid4().hex),
+        "object": wire.object_name(chat),
         "created": int(time.time()),
         "model": request.model,
         "choices": choices,
-        "usage": {
-            "prompt_tokens": len(prompt_ids),
-            "completion_tokens": completion_tokens,
-            "total_tokens": len(prompt_ids) + completion_tokens,
-        },
+        "usage": wire.usage(len(prompt_ids), completion_tokens),
     }
     if with_ids:
         answer["prompt_token_ids"] = prompt_ids
@@ -260,9 +257,9 @@ def _choice(request: ServerRequest, index: int, tokens: tuple[str, ...], finish:
     text = "".join(tokens)
     logprobs = [fake_logprob(token, position) for position, token in enumerate(tokens)]
     wanted = request.body.get("logprobs")
-    choice: dict[str, Any] = {"index": index, "finish_reason": finish, "logprobs": None}
-    if request.endpoint == "chat":
-        choice["message"] = {"role": "assistant", "content": text}
+    chat = request.endpoint == "chat"
+    choice = wire.choice(chat, index, text, finish)
+    if chat:
         if wanted:
             content = [
                 {"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": []}
@@ -270,7 +267,6 @@ def _choice(request: ServerRequest, index: int, tokens: tuple[str, ...], finish:
             ]
             choice["logprobs"] = {"content": content}
     else:
-        choice["text"] = text
         if wanted is not None and wanted is not False:
             offsets = [0]
             for token in tokens[:-1]:

@@ -5,19 +5,20 @@ first chunk with the assistant role (chat), then one chunk per token — choices
 each chunk carrying its choice ``index``, the token's logprob when asked, and vLLM's per-chunk
 ``token_ids`` with ``return_token_ids`` — then a chunk with the finish reason, and, with
 ``stream_options: {"include_usage": true}``, a last chunk with no choices and the whole usage.
-:func:`sse` frames one event; the stream ends with ``data: [DONE]``. Standard library only.
+Events are framed by :func:`scaffold._openai_wire.sse`; the stream ends with ``data: [DONE]``. Standard library
+only.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaffold.testing._openai_wire import (
+from scaffold import _openai_wire as wire
+from scaffold.testing._fake_answers import (
     ServerRequest,
     choice_tokens,
     fake_logprob,
@@ -25,10 +26,7 @@ from scaffold.testing._openai_wire import (
     fake_tokenize,
 )
 
-__all__ = ["DONE", "StreamedAnswer", "sse", "stream_chunks"]
-
-DONE = b"data: [DONE]\n\n"
-"""The event that ends every stream."""
+__all__ = ["StreamedAnswer", "stream_chunks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +43,6 @@ class StreamedAnswer:
     """How many choices the answer has."""
 
 
-def sse(payload: Any) -> bytes:
-    """One server-sent event whose data is ``payload`` as JSON."""
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
 def stream_chunks(request: ServerRequest, texts: Sequence[str]) -> StreamedAnswer:
     """The chunks answering ``request`` (streamed) whose choices say ``texts`` before ``stop`` and ``max_tokens``.
 
@@ -61,9 +54,9 @@ def stream_chunks(request: ServerRequest, texts: Sequence[str]) -> StreamedAnswe
     """
     chat = request.endpoint == "chat"
     body = request.body
-    identifier = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    header: dict[str, Any] = {"id": identifier, "object": "chat.completion.chunk" if chat else "text_completion",
-              "created": int(time.time()), "model": request.model}
+    identifier = wire.response_id(chat, uuid.uuid4().hex)
+    header: dict[str, Any] = {"id": identifier, "object": wire.object_name(chat, chunk=True),
+                              "created": int(time.time()), "model": request.model}
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage"))
     if include_usage:
@@ -72,25 +65,22 @@ def stream_chunks(request: ServerRequest, texts: Sequence[str]) -> StreamedAnswe
     chunks: list[tuple[dict[str, Any], bool]] = []
 
     def add(index: int, piece: dict[str, Any], token: bool) -> None:
-        chunks.append(({**header, "choices": [{"index": index, "logprobs": None, "finish_reason": None, **piece}]},
-                       token))
+        chunks.append(({**header, "choices": [{**wire.chunk_choice(chat, index), **piece}]}, token))
 
     if chat:
         for index in range(len(texts)):
-            add(index, {"delta": {"role": "assistant", "content": ""}}, False)
+            add(index, wire.chunk_choice(chat, index, role=True, content=""), False)
     longest = max((len(tokens) for tokens, _ in laid_out), default=0)
     for position in range(longest):
         for index, (tokens, _) in enumerate(laid_out):
             if position < len(tokens):
                 add(index, _token_piece(request, tokens, position), True)
     for index, (_, finish) in enumerate(laid_out):
-        add(index, {"delta": {}, "finish_reason": finish} if chat else {"text": "", "finish_reason": finish}, False)
+        add(index, wire.chunk_choice(chat, index, finish=finish), False)
     if include_usage:
         prompt_tokens = len(fake_tokenize(request.prompt_text))
         completion_tokens = sum(len(tokens) for tokens, _ in laid_out)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                 "total_tokens": prompt_tokens + completion_tokens}
-        chunks.append(({**header, "choices": [], "usage": usage}, False))
+        chunks.append(({**header, "choices": [], "usage": wire.usage(prompt_tokens, completion_tokens)}, False))
     if body.get("return_token_ids") and chunks:
         first = chunks[0][0]
         first["prompt_token_ids"] = [fake_token_id(token) for token in fake_tokenize(request.prompt_text)]
