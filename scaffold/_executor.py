@@ -57,6 +57,7 @@ from scaffold._nodes import Node, Quorum
 from scaffold._result import RunResult
 from scaffold._sizes import check_run_sizes
 from scaffold._types import Request, Status, Trace, TraceKind
+from scaffold.backends._base import provider_of
 from scaffold.backends._model import Model, resolve_model
 
 if TYPE_CHECKING:
@@ -349,7 +350,8 @@ class Run:
         if self.listeners[RunStarted]:
             self.emit(RunStarted(self.run_id, self.graph.name, dict(self.inputs), self.seed,
                                  dict(self.graph.params), self.graph.recorded_spec,
-                                 {alias: {"model": model.name, "backend": type(model.backend).__name__}
+                                 {alias: {"model": model.name, "backend": type(model.backend).__name__,
+                                          "provider": provider_of(model.backend)}
                                   for alias, model in self.models.items()}))
         self.loop = asyncio.get_running_loop()
         self._plain_tasks = self.loop.get_task_factory() is None and type(self.loop).create_task is _DEFAULT_CREATE_TASK

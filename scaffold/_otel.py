@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaffold._events import Event, RunFinished, RunStarted, TraceFinished
 from scaffold._types import Status, Trace, TraceKind
+from scaffold.backends._base import provider_of_class
 
 if TYPE_CHECKING:
     from scaffold.store._query import RunInfo
@@ -36,9 +37,6 @@ INSTALL_HINT = "pip install 'scaffold-sdk[otel]'"
 TRACES_PATH = "/v1/traces"
 _SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"), ("max_tokens", "max_tokens"),
              ("seed", "seed"), ("frequency_penalty", "frequency_penalty"), ("presence_penalty", "presence_penalty"))
-_PROVIDERS = {"OpenAIBackend": "openai", "LiteLLMBackend": "litellm", "TransformersBackend": "transformers",
-              "VLLMBackend": "vllm", "EnginePool": "vllm", "ScriptedBackend": "scaffold.testing",
-              "SimulatedBackend": "scaffold.testing"}
 
 
 def traces_url(endpoint: str) -> str:
@@ -248,7 +246,7 @@ class _RunSpans:
         model = str(bound.get("model") or trace.model or "")
         request = trace.request
         out.update({"gen_ai.operation.name": "text_completion" if request is not None and request.prompt is not None
-                    else "chat", "gen_ai.provider.name": _provider(model, bound.get("backend")),
+                    else "chat", "gen_ai.provider.name": _provider(model, bound),
                     "gen_ai.request.model": model, "gen_ai.usage.input_tokens": trace.usage.prompt_tokens,
                     "gen_ai.usage.output_tokens": trace.usage.completion_tokens, "scaffold.alias": trace.model or "",
                     "scaffold.latency_s": trace.latency})
@@ -274,11 +272,16 @@ class _RunSpans:
         return out
 
 
-def _provider(model: str, backend: Any) -> str:
-    """``openai`` for ``openai/gpt-4o-mini``; else from the backend's class; else the model's own name."""
+def _provider(model: str, bound: Mapping[str, Any]) -> str:
+    """``openai`` for ``openai/gpt-4o-mini``; else what the backend declares (its ``provider``, in the run's start
+    event); for a run read back from a store, from the backend's class name; else the model's own name."""
     if "/" in model:
         return model.split("/", 1)[0]
-    return _PROVIDERS.get(str(backend), str(backend or model or "unknown").lower())
+    if bound.get("provider"):
+        return str(bound["provider"])
+    if bound.get("backend"):
+        return provider_of_class(str(bound["backend"]))
+    return (model or "unknown").lower()
 
 
 def _ns(seconds: float) -> int:

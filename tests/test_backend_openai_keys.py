@@ -248,3 +248,35 @@ def test_the_protocol_and_capabilities():
     scripted = ScriptedBackend(lambda r: "x")
     assert isinstance(scripted, sf.Backend) and not isinstance(scripted, sf.StreamingBackend)
     assert repr(sf.OpenAIBackend("m", base_url=LOCAL + "/", api_key=KEY)) == f"OpenAIBackend('m', base_url='{LOCAL}')"
+
+
+def test_a_new_backend_is_its_class_plus_one_registry_line(monkeypatch, tmp_path):
+    """A backend kind is one line in ``BACKENDS``: the registry's entries then accept the settings its class declares
+    (and refuse the others), ``kind:model`` strings and ``backend = "..."`` entries build it, and its ``provider``
+    is what it reports."""
+    from scaffold.backends import _entry, _registry
+
+    class EchoBackend:
+        provider = "echo-labs"
+        settings = frozenset({"voice"})
+        capabilities = sf.Capabilities()
+
+        def __init__(self, model: str, voice: str = "plain") -> None:
+            self.model, self.voice = model, voice
+
+        async def complete(self, request):
+            return [sf.Completion(text=f"{self.voice}:{self.model}")] * request.n
+
+    monkeypatch.setitem(_registry.BACKENDS, "echo", EchoBackend)
+    monkeypatch.setitem(_entry.BACKEND_KEYS, "echo", EchoBackend.settings)
+    models = sf.load_models({"models": {"a": {"backend": "echo", "model": "m", "voice": "loud"}}})
+    assert isinstance(models["a"].backend, EchoBackend) and models["a"].backend.voice == "loud"
+    with pytest.raises(sf.ModelAliasError, match="unknown setting.*device.*allowed for backend 'echo'"):
+        sf.load_models({"models": {"a": {"backend": "echo", "model": "m", "device": "cpu"}}})
+    built = sf.backends.backend_from_spec("echo:hello")
+    assert isinstance(built, EchoBackend) and built.model == "hello"
+    from scaffold.backends._base import provider_of
+
+    assert provider_of(built) == "echo-labs"
+    assert {kind: cls.settings for kind, cls in _registry.BACKENDS.items() if kind != "echo"} == \
+        {kind: keys for kind, keys in _entry.BACKEND_KEYS.items() if kind != "echo"}

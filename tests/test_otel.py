@@ -114,3 +114,30 @@ def test_recorded_runs_export_with_rewards_through_the_cli(tmp_path: Path) -> No
     missing = subprocess.run([sys.executable, "-m", "scaffold", "--store", sample.path, "runs", "export", "--format",
                               "otlp"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "--endpoint" in missing.stderr
+
+
+class AcmeBackend(ScriptedBackend):
+    """A backend of our own that says who it is."""
+
+    provider = "acme"
+
+
+def test_the_provider_a_span_reports_is_what_the_backend_declares() -> None:
+    """``gen_ai.provider.name`` comes from the backend's ``provider`` attribute (no table of class names), and a
+    backend that declares none reports its class name without ``Backend``."""
+    graph = graphs.self_consistency.build(n=2)
+
+    class EchoBackend(ScriptedBackend):
+        provider = None  # type: ignore[assignment]
+
+    found = {}
+    for backend in (AcmeBackend(answer), EchoBackend(answer)):
+        with OTLPReceiver() as receiver:
+            exporter = sf.otel_exporter(receiver.url)
+            graph.run_sync({"problem": "1+1"}, models={"solver": sf.Model(backend, name="m1")}, store=None,
+                           subscribers=[exporter])
+            assert exporter.flush()
+            exporter.close()
+        found[type(backend).__name__] = {s["attributes"]["gen_ai.provider.name"] for s in receiver.spans
+                                         if s["kind"] == 3}
+    assert found == {"AcmeBackend": {"acme"}, "EchoBackend": {"echo"}}

@@ -21,9 +21,10 @@ Local engines import torch, transformers and vLLM only when built; litellm is im
 
 from scaffold.backends._base import Backend, Capabilities, StreamingBackend, stream_completions
 from scaffold.backends._litellm import LiteLLMBackend
+from scaffold.backends._load import load_models
 from scaffold.backends._model import Model, Reply, resolve_model
 from scaffold.backends._openai import OpenAIBackend
-from scaffold.backends._registry import backend_from_spec, load_models
+from scaffold.backends._registry import backend_from_spec
 from scaffold.backends._retry import Retry
 from scaffold.backends._transformers import TransformersBackend
 from scaffold.backends._vllm import VLLMBackend

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from scaffold._types import Completion, Delta, Finished, Request, StreamItem
 
@@ -68,6 +68,27 @@ class StreamingBackend(Backend, Protocol):
     def stream(self, request: Request) -> AsyncIterator[StreamItem]:
         """Stream the answer to ``request``: deltas, then one ``Finished``."""
         ...
+
+
+def provider_of(backend: Any) -> str:
+    """What a backend's calls report as ``gen_ai.provider.name``: its ``provider`` attribute when it declares one,
+    else its class name without ``Backend``, lower-cased.
+
+    Examples:
+        >>> class EchoBackend:
+        ...     pass
+        >>> provider_of(EchoBackend())
+        'echo'
+    """
+    declared = getattr(backend, "provider", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    return provider_of_class(type(backend).__name__)
+
+
+def provider_of_class(name: str) -> str:
+    """The provider of a backend known only by its class name (a run recorded before providers were kept)."""
+    return (name.removesuffix("Backend") or name).lower()
 
 
 async def stream_completions(backend: Backend, request: Request) -> AsyncIterator[StreamItem]:

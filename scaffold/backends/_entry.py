@@ -21,16 +21,8 @@ MODEL_KEYS = frozenset({"name", "params", "max_in_flight", "requests_per_minute"
                         "retry"})
 """Settings of the :class:`~scaffold.Model` itself, allowed whatever the backend."""
 
-BACKEND_KEYS: dict[str, frozenset[str]] = {
-    "openai": frozenset({"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
-                         "output_cost_per_token", "headers", "extra_body"}),
-    "litellm": frozenset({"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
-                          "output_cost_per_token", "extra"}),
-    "transformers": frozenset({"device", "dtype", "max_batch_size", "max_new_tokens", "batch_window"}),
-    "vllm": frozenset({"enable_lora", "max_lora_rank", "enable_prefix_caching", "dtype", "max_model_len",
-                       "engine_kwargs"}),
-}
-"""Settings each backend kind takes (handed to its constructor)."""
+BACKEND_KEYS: dict[str, frozenset[str]] = {kind: frozenset(cls.settings) for kind, cls in BACKENDS.items()}
+"""Settings each backend kind takes (handed to its constructor): what its class declares (``settings``)."""
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 PositiveNumber = Annotated[float, Field(gt=0)]
@@ -62,7 +54,9 @@ class ModelEntry(BaseModel):
         scaffold._errors.ModelAliasError: model alias 'judge': `max_in_flight`: Input should be a valid integer
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    """Keys beyond the fields below are a backend's own settings: allowed only when its class declares them
+    (checked before the fields are read), so a backend added to the registry needs no field here."""
 
     model: str
     """The model: a litellm name, a name on an OpenAI-compatible server, or a local directory."""
@@ -138,4 +132,6 @@ class ModelEntry(BaseModel):
 
     def backend_options(self) -> dict[str, Any]:
         """The backend constructor's keyword arguments this entry sets."""
-        return {key: getattr(self, key) for key in sorted(BACKEND_KEYS[self.backend_kind] & self.model_fields_set)}
+        given = {key: getattr(self, key) for key in self.model_fields_set if key in type(self).model_fields}
+        given.update(self.model_extra or {})
+        return {key: given[key] for key in sorted(BACKEND_KEYS[self.backend_kind] & given.keys())}

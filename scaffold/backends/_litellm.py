@@ -74,6 +74,12 @@ class LiteLLMBackend:
         (True, True)
     """
 
+    provider = "litellm"
+    """``gen_ai.provider.name`` of its calls (OpenTelemetry; a model named ``provider/...`` says its own)."""
+    settings = frozenset({"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
+                          "output_cost_per_token", "extra"})
+    """The keys a registry entry (``models.toml``, a server config) may give this backend."""
+
     def __init__(
         self,
         model: str,

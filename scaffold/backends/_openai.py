@@ -52,6 +52,13 @@ CLIENT_PARAMS = frozenset({"timeout", "request_timeout", "num_retries", "max_ret
 _UNSET: Any = object()
 
 
+OPENAI_COMPATIBLE = ("hosted_vllm", "openai", "custom_openai", "text-completion-openai")
+"""litellm provider prefixes that mean an OpenAI-compatible server: stripped from the name sent."""
+
+VLLM_DEFAULT_BASE = "http://127.0.0.1:8000/v1"
+"""Where ``hosted_vllm/NAME`` without an ``api_base`` (or ``$HOSTED_VLLM_API_BASE``) goes: ``vllm serve``'s default."""
+
+
 class OpenAIBackend:
     """A model on an OpenAI-compatible server (``model`` is sent as is).
 
@@ -89,6 +96,36 @@ class OpenAIBackend:
         >>> [(c.text, c.usage.completion_tokens, c.finish_reason) for c in completions]
         [('the answer is 4', 7, 'stop'), ('the answer is 4', 7, 'stop')]
     """
+
+    provider = "openai"
+    """``gen_ai.provider.name`` of its calls (OpenTelemetry)."""
+
+    @classmethod
+    def from_spec(cls, model: str, options: Mapping[str, Any]) -> OpenAIBackend:
+        """The backend for a litellm-style name: ``hosted_vllm/NAME`` sends ``NAME`` (to ``api_base``,
+        ``$HOSTED_VLLM_API_BASE`` or ``vllm serve``'s default address, key from ``$HOSTED_VLLM_API_KEY`` if set),
+        ``openai/NAME`` sends ``NAME`` (key from ``$OPENAI_API_KEY`` if set); the name as given is what is
+        recorded and priced.
+
+        Examples:
+            >>> OpenAIBackend.from_spec("hosted_vllm/tiny", {})
+            OpenAIBackend('tiny', base_url='http://127.0.0.1:8000/v1')
+        """
+        options = dict(options)
+        api_base, base_url = options.pop("api_base", None), options.pop("base_url", None)
+        base_url = api_base or base_url
+        prefix, slash, rest = model.partition("/")
+        sent, defaults = model, {}
+        if slash and prefix in OPENAI_COMPATIBLE:
+            sent = rest
+            defaults = {"name": model, "default_key_env": "OPENAI_API_KEY"}
+            if prefix == "hosted_vllm":
+                base_url = base_url or os.environ.get("HOSTED_VLLM_API_BASE") or VLLM_DEFAULT_BASE
+                defaults["default_key_env"] = "HOSTED_VLLM_API_KEY"
+        return cls(sent, base_url=base_url, **{**defaults, **options})
+    settings = frozenset({"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
+                          "output_cost_per_token", "headers", "extra_body"})
+    """The keys a registry entry (``models.toml``, a server config) may give this backend."""
 
     def __init__(
         self,

@@ -180,6 +180,11 @@ class TransformersBackend:
 
     capabilities = Capabilities(supports_n=True, max_n=None, returns_token_ids=True, trainable=True, streams=True)
 
+    provider = "transformers"
+    """``gen_ai.provider.name`` of its calls (OpenTelemetry)."""
+    settings = frozenset({"device", "dtype", "max_batch_size", "max_new_tokens", "batch_window"})
+    """The keys a registry entry (``models.toml``, a server config) may give this backend."""
+
     def __init__(
         self,
         model: str | os.PathLike[str] | PreTrainedModel,

@@ -120,6 +120,12 @@ class VLLMBackend:
 
     capabilities = Capabilities(supports_n=True, returns_token_ids=True, trainable=True)
 
+    provider = "vllm"
+    """``gen_ai.provider.name`` of its calls (OpenTelemetry)."""
+    settings = frozenset({"enable_lora", "max_lora_rank", "enable_prefix_caching", "dtype", "max_model_len",
+                          "engine_kwargs"})
+    """The keys a registry entry (``models.toml``, a server config) may give this backend."""
+
     def __init__(
         self,
         model: str | os.PathLike[str],

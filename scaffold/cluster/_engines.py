@@ -182,6 +182,9 @@ class EnginePool:
 
     capabilities: Capabilities
 
+    provider = "vllm"
+    """``gen_ai.provider.name`` of its calls (OpenTelemetry): replicated engines are vLLM's in production."""
+
     def __init__(
         self,
         spec: str,

@@ -322,7 +322,7 @@ def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model
     """Bind ``config``'s aliases (``[models]`` names, specs, tables; ``defaults`` from the command line) and
     build its :class:`ServedGraph`. ``made`` caches models by spec across served graphs (one limit per spec)."""
     from scaffold.backends._entry import ModelEntry
-    from scaffold.backends._registry import model_from_config
+    from scaffold.backends._load import model_from_config
 
     aliases = served_aliases(name, config)
     unknown = sorted(set(config.models) - set(aliases))

@@ -42,7 +42,7 @@ def load_server(source: ServerConfig | str | PathLike[str] | Mapping[str, Any], 
         >>> served["mini"].graph.count_calls()
         {'solver': 4}
     """
-    from scaffold.backends._registry import model_from_config
+    from scaffold.backends._load import model_from_config
     from scaffold.serve._served import bind_served, served_aliases
 
     config = _config(source)

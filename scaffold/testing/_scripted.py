@@ -33,6 +33,9 @@ class ScriptedBackend:
         '\\\\boxed{4}'
     """
 
+    provider = "scaffold.testing"
+    """``gen_ai.provider.name`` of its calls (OpenTelemetry)."""
+
     def __init__(
         self,
         script: Script,

@@ -56,6 +56,9 @@ class SimulatedBackend:
         '\\\\boxed{42}'
     """
 
+    provider = "scaffold.testing"
+    """``gen_ai.provider.name`` of its calls (OpenTelemetry)."""
+
     def __init__(
         self,
         *,
