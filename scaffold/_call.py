@@ -35,8 +35,9 @@ from scaffold.backends._model import Model, Reply
 
 if TYPE_CHECKING:
     from scaffold._budget import Budget
-    from scaffold._executor import Run, Slot
+    from scaffold._jobs import Slot
     from scaffold._nodes import CallNode
+    from scaffold._run_context import RunContext
 
 Send = Callable[[Request], Awaitable[Reply]]
 """Something that answers a request: :meth:`Model.complete`, or a layer around it."""
@@ -175,7 +176,7 @@ def streamed(model: Model, on_delta: DeltaSink, trace_prefix: str, index: int) -
 
 # -- one call: reuse -> emit -> send -> trace ---------------------------------------------------
 async def call(
-    run: Run, node: CallNode, send: Send, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
+    run: RunContext, node: CallNode, send: Send, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
 ) -> None:
     """Answer one request of ``node`` (choices ``index ..``) into ``outs``; started as a task by the call kind.
 
@@ -233,7 +234,7 @@ def _cancelled_by_backend() -> bool:
 
 
 async def reused(
-    run: Run, node: CallNode, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
+    run: RunContext, node: CallNode, request: Request, inputs: tuple[str, ...], outs: list[Slot], index: int
 ) -> bool:
     """Answer the call from a reuse source (a resumed run's record, the response cache) if one has it."""
     for source in run.reuse:
@@ -246,7 +247,7 @@ async def reused(
 
 
 def answered(
-    run: Run, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, completion: Completion,
+    run: RunContext, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, completion: Completion,
     started: float, latency: float, attempt: int,
 ) -> Trace:
     """The record of one completion (a lone surrogate in its text, which no UTF-8 reader takes, becomes U+FFFD)."""
@@ -266,7 +267,8 @@ def answered(
 
 
 def unanswered(
-    run: Run, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, started: float, latency: float
+    run: RunContext, node: CallNode, request: Request, inputs: tuple[str, ...], index: int, started: float,
+    latency: float,
 ) -> Trace:
     """The record of a choice whose call was cancelled in flight."""
     return Trace(

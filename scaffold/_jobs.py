@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scaffold._executor import Run
     from scaffold._nodes import Node
+    from scaffold._run_context import RunContext
     from scaffold._types import Trace
 
 __all__ = ["FunctionJob", "Job", "Slot"]
@@ -52,7 +52,7 @@ class Job:
         """The slots this job resolves."""
         raise NotImplementedError
 
-    def start(self, run: Run) -> None:
+    def start(self, run: RunContext) -> None:
         """Do the work (on the event loop; a call is started as a task)."""
         raise NotImplementedError
 
@@ -72,5 +72,5 @@ class FunctionJob(Job):
     def outputs(self) -> Sequence[Slot]:
         return self.outs
 
-    def start(self, run: Run) -> None:
+    def start(self, run: RunContext) -> None:
         self.fire(run, self.node, *self.args)

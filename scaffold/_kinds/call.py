@@ -15,7 +15,7 @@ from scaffold._types import Request, Status, record_maker
 
 if TYPE_CHECKING:
     from scaffold._call import Send
-    from scaffold._executor import Run
+    from scaffold._run_context import RunContext
 
 _new_request = record_maker(Request)
 
@@ -54,12 +54,12 @@ class CallJob(Job):
     def outputs(self) -> list[Slot]:
         return self.plan.outs[self.index : self.index + self.count]
 
-    def start(self, run: Run) -> None:
+    def start(self, run: RunContext) -> None:
         fire_call(run, self)
 
 
 @expands(CallNode)
-def expand_call(run: Run, node: CallNode) -> list[Slot]:
+def expand_call(run: RunContext, node: CallNode) -> list[Slot]:
     if node.items is None:
         items: list[Slot] = []
         groups: list[tuple[int, ...]] = [()]
@@ -90,7 +90,7 @@ def expand_call(run: Run, node: CallNode) -> list[Slot]:
     return outs
 
 
-def fire_call(run: Run, job: CallJob) -> None:
+def fire_call(run: RunContext, job: CallJob) -> None:
     """Render the prompt from the group's successful members and start the call."""
     plan, index = job.plan, job.index
     node, items, outs = plan.node, plan.items, job.outputs()
@@ -126,7 +126,7 @@ def fire_call(run: Run, job: CallJob) -> None:
     run.start(call(run, node, send, request, tuple([t.id for t in read]), outs, index))
 
 
-def _constants(run: Run, node: CallNode) -> tuple[dict[str, Any], int]:
+def _constants(run: RunContext, node: CallNode) -> tuple[dict[str, Any], int]:
     """The node's template variables from the run's inputs and constants, and the node's part of every
     call seed (both computed once per run)."""
     constants: tuple[dict[str, Any], int] | None = run.memo.get(node.id)

@@ -8,9 +8,10 @@ from scaffold._kinds.registry import expands
 from scaffold._nodes import ConcatNode
 
 if TYPE_CHECKING:
-    from scaffold._executor import Run, Slot
+    from scaffold._jobs import Slot
+    from scaffold._run_context import RunContext
 
 
 @expands(ConcatNode)
-def expand_concat(run: Run, node: ConcatNode) -> list[Slot]:
+def expand_concat(run: RunContext, node: ConcatNode) -> list[Slot]:
     return [slot for part in node.parts for slot in run.slots[part.id]]

@@ -13,11 +13,12 @@ from scaffold._nodes import ConstNode, InputNode, Node
 from scaffold._types import Trace, TraceKind
 
 if TYPE_CHECKING:
-    from scaffold._executor import Run, Slot
+    from scaffold._jobs import Slot
+    from scaffold._run_context import RunContext
 
 
 @expands(InputNode)
-def expand_input(run: Run, node: InputNode) -> list[Slot]:
+def expand_input(run: RunContext, node: InputNode) -> list[Slot]:
     try:
         values = run.inputs[node.input_name]
     except KeyError:
@@ -28,11 +29,11 @@ def expand_input(run: Run, node: InputNode) -> list[Slot]:
 
 
 @expands(ConstNode)
-def expand_const(run: Run, node: ConstNode) -> list[Slot]:
+def expand_const(run: RunContext, node: ConstNode) -> list[Slot]:
     return external_slots(run, node, node.values)
 
 
-def external_slots(run: Run, node: Node, values: Sequence[Any]) -> list[Slot]:
+def external_slots(run: RunContext, node: Node, values: Sequence[Any]) -> list[Slot]:
     """One resolved slot per value, each holding its external trace."""
     outs = run.new_slots(len(values))
     extract = getattr(node, "extract", None) or run.extract

@@ -15,14 +15,15 @@ from scaffold._nodes import GateNode, LoopResultNode
 from scaffold._types import Status, Trace
 
 if TYPE_CHECKING:
-    from scaffold._executor import Run, Slot
+    from scaffold._jobs import Slot
+    from scaffold._run_context import RunContext
 
 GO = Trace(id="", run_id="", node="", index=-1)
 """A gate token's value when the iteration runs."""
 
 
 @expands(GateNode)
-def expand_gate(run: Run, node: GateNode) -> list[Slot]:
+def expand_gate(run: RunContext, node: GateNode) -> list[Slot]:
     items = members(run, node, node.items, nonempty=False)
     outs = run.new_slots(len(items))
     token = run.new_slots(1)[0]
@@ -31,7 +32,7 @@ def expand_gate(run: Run, node: GateNode) -> list[Slot]:
     return outs
 
 
-def fire_gate(run: Run, node: GateNode, items: list[Slot], outs: list[Slot], token: Slot) -> None:
+def fire_gate(run: RunContext, node: GateNode, items: list[Slot], outs: list[Slot], token: Slot) -> None:
     assert node.until is not None
     stop = bool(node.until(run.ok(items)))
     for member, slot in zip(items, outs):
@@ -40,7 +41,7 @@ def fire_gate(run: Run, node: GateNode, items: list[Slot], outs: list[Slot], tok
 
 
 @expands(LoopResultNode)
-def expand_loop_result(run: Run, node: LoopResultNode) -> list[Slot]:
+def expand_loop_result(run: RunContext, node: LoopResultNode) -> list[Slot]:
     sets = [run.slots[c.id] for c in node.candidates]
     outs = run.new_slots(len(sets[0]))
     control = run.control_slots(node)
@@ -50,7 +51,7 @@ def expand_loop_result(run: Run, node: LoopResultNode) -> list[Slot]:
     return outs
 
 
-def fire_loop_result(run: Run, node: LoopResultNode, sets: list[list[Slot]], outs: list[Slot],
+def fire_loop_result(run: RunContext, node: LoopResultNode, sets: list[list[Slot]], outs: list[Slot],
                      control: list[Slot]) -> None:
     if any(s.trace is run.skipped for s in control):  # an enclosing loop stopped before this one ran
         for slot in outs:

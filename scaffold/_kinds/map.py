@@ -12,11 +12,12 @@ from scaffold._nodes import MapNode, RuleOutput
 from scaffold._types import Trace, TraceKind
 
 if TYPE_CHECKING:
-    from scaffold._executor import Run, Slot
+    from scaffold._jobs import Slot
+    from scaffold._run_context import RunContext
 
 
 @expands(MapNode)
-def expand_map(run: Run, node: MapNode) -> list[Slot]:
+def expand_map(run: RunContext, node: MapNode) -> list[Slot]:
     items = members(run, node, node.items, nonempty=False)
     outs = run.new_slots(len(items))
     for i, (member, out) in enumerate(zip(items, outs)):
@@ -24,7 +25,7 @@ def expand_map(run: Run, node: MapNode) -> list[Slot]:
     return outs
 
 
-def fire_map(run: Run, node: MapNode, member: Slot, out: Slot, index: int) -> None:
+def fire_map(run: RunContext, node: MapNode, member: Slot, out: Slot, index: int) -> None:
     source = member.trace
     assert source is not None and node.fn is not None
     if not source.ok:

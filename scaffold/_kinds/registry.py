@@ -9,9 +9,10 @@ from scaffold._errors import EmptySetError, GraphDefinitionError
 from scaffold._nodes import Node
 
 if TYPE_CHECKING:
-    from scaffold._executor import Run, Slot
+    from scaffold._jobs import Slot
+    from scaffold._run_context import RunContext
 
-Expander = Callable[["Run", Any], list["Slot"]]
+Expander = Callable[["RunContext", Any], list["Slot"]]
 """``expand(run, node) -> slots``: creates the node's slots and the jobs that will resolve them."""
 E = TypeVar("E", bound=Expander)
 
@@ -38,7 +39,7 @@ def expander(node: Node) -> Expander:
     raise GraphDefinitionError(f"node {node.name!r}: no expansion is registered for {type(node).__name__}")
 
 
-def members(run: Run, node: Node, items: Node | None, *, nonempty: bool = True) -> list[Slot]:
+def members(run: RunContext, node: Node, items: Node | None, *, nonempty: bool = True) -> list[Slot]:
     """The slots of the set ``node`` reads; an empty set is an :class:`EmptySetError` where it must not be."""
     assert items is not None
     slots = run.slots[items.id]
@@ -47,7 +48,7 @@ def members(run: Run, node: Node, items: Node | None, *, nonempty: bool = True) 
     return slots
 
 
-def when_ready(run: Run, node: Node, deps: Sequence[Slot], outs: list[Slot], fire: Callable[..., None], *args: Any,
-               propagate_skip: bool = True) -> None:
+def when_ready(run: RunContext, node: Node, deps: Sequence[Slot], outs: list[Slot], fire: Callable[..., None],
+               *args: Any, propagate_skip: bool = True) -> None:
     """Schedule ``fire(run, node, *args)`` for when ``deps`` (and the node's loop gate, if any) are resolved."""
     run.when_ready(node, deps, outs, fire, args, propagate_skip=propagate_skip)

@@ -14,11 +14,12 @@ from scaffold._nodes import RuleNode, RuleOutput
 from scaffold._types import Trace, TraceKind
 
 if TYPE_CHECKING:
-    from scaffold._executor import Run, Slot
+    from scaffold._jobs import Slot
+    from scaffold._run_context import RunContext
 
 
 @expands(RuleNode)
-def expand_rule(run: Run, node: RuleNode) -> list[Slot]:
+def expand_rule(run: RunContext, node: RuleNode) -> list[Slot]:
     items = members(run, node, node.items)
     using = [run.slots[other.id] for other in node.using]
     out = run.new_slots(1)
@@ -26,7 +27,7 @@ def expand_rule(run: Run, node: RuleNode) -> list[Slot]:
     return out
 
 
-def fire_rule(run: Run, node: RuleNode, items: list[Slot], out: Slot, using: list[list[Slot]]) -> None:
+def fire_rule(run: RunContext, node: RuleNode, items: list[Slot], out: Slot, using: list[list[Slot]]) -> None:
     read = run.ok(items)
     if not read:
         run.node_failed(node, [out], 0, EmptyInputError(f"every member read by {node.name!r} failed"))
@@ -45,7 +46,7 @@ def fire_rule(run: Run, node: RuleNode, items: list[Slot], out: Slot, using: lis
         _rule_done(run, node, seen, out, result)
 
 
-async def _await_rule(run: Run, node: RuleNode, read: list[Trace], out: Slot, pending: Any) -> None:
+async def _await_rule(run: RunContext, node: RuleNode, read: list[Trace], out: Slot, pending: Any) -> None:
     try:
         result = await pending
     except Exception as exc:
@@ -56,7 +57,7 @@ async def _await_rule(run: Run, node: RuleNode, read: list[Trace], out: Slot, pe
     _rule_done(run, node, read, out, result)
 
 
-def _rule_done(run: Run, node: RuleNode, read: list[Trace], out: Slot, result: RuleOutput | str) -> None:
+def _rule_done(run: RunContext, node: RuleNode, read: list[Trace], out: Slot, result: RuleOutput | str) -> None:
     if isinstance(result, str):
         result = RuleOutput(result, run.extract(result))
     elif not isinstance(result, RuleOutput):

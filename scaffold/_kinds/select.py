@@ -11,14 +11,15 @@ from scaffold._nodes import SelectNode
 from scaffold._types import Status, Trace
 
 if TYPE_CHECKING:
-    from scaffold._executor import Run, Slot
+    from scaffold._jobs import Slot
+    from scaffold._run_context import RunContext
 
 MISSING = Trace(id="", run_id="", node="", index=-1, status=Status.ERROR, error="fewer members than k succeeded")
 """What a chosen place holds when fewer than ``k`` members succeeded."""
 
 
 @expands(SelectNode)
-def expand_select(run: Run, node: SelectNode) -> list[Slot]:
+def expand_select(run: RunContext, node: SelectNode) -> list[Slot]:
     items = members(run, node, node.items)
     if node.k > len(items):
         raise SubsetSizeError(f"{node.kind} {node.name!r}: k={node.k} is larger than its set (n={len(items)})")
@@ -28,7 +29,8 @@ def expand_select(run: Run, node: SelectNode) -> list[Slot]:
     return outs
 
 
-def fire_select(run: Run, node: SelectNode, items: list[Slot], outs: list[Slot], using: list[list[Slot]]) -> None:
+def fire_select(run: RunContext, node: SelectNode, items: list[Slot], outs: list[Slot],
+                using: list[list[Slot]]) -> None:
     read = run.ok(items)
     if node.choose is not None:
         try:
