@@ -26,6 +26,8 @@ PACKAGES = {
     "cluster": ("scaffold.cluster", "Scale-out on Ray: clusters and replicated local engines."),
     "testing": ("scaffold.testing", "Test doubles that ship with the package: scripted backends, a real test "
                                     "server, faults, virtual time."),
+    "catalogue": ("scaffold.catalogue", "Topologies by name and models by spec, shared by the command line and "
+                                        "the server."),
     "pocket": ("scaffold.pocket", "The pocket model: a tiny local reasoning model trained on the CPU."),
     "ui": ("scaffold.ui", "`scaffold ui`: the local web viewer's app and its pages' data."),
     "cli": ("scaffold.cli", "The `scaffold` command's entry point and the plugin types packages use to extend it."),

@@ -20,6 +20,9 @@ from typing import Any
 
 import pytest
 from docs_blocks import DOCS, ROOT, SHOWN, Block, blocks, needs, pages
+from docs_layout import PAGE as LAYOUT_PAGE
+from docs_layout import files as layout_files
+from docs_layout import page as layout_page
 from docs_reference import PACKAGES
 from docs_reference import pages as reference_pages
 
@@ -150,6 +153,16 @@ def test_the_reference_pages_are_made_from_the_public_names() -> None:
     stale = [str(path.relative_to(ROOT)) for path, text in reference_pages().items()
              if not path.is_file() or path.read_text() != text]
     assert stale == [], f"run `python tests/docs_reference.py --write`: {stale}"
+
+
+def test_the_layout_page_is_made_from_the_floor_plan_and_every_modules_docstring() -> None:
+    """``docs/layout.md`` is what ``python tests/docs_layout.py --write`` makes: every module of the tree is on it,
+    on its floor, described by its own docstring (a module added or moved makes it stale)."""
+    made = layout_page()
+    assert LAYOUT_PAGE.read_text() == made, "run `python tests/docs_layout.py --write`"
+    missing = [str(p.relative_to(ROOT)) for p in layout_files() if f"`{p.relative_to(ROOT)}`" not in made]
+    assert missing == [] and len(layout_files()) > 150
+    assert "(no docstring)" not in made
 
 
 def inventory(site: Path) -> set[str]:

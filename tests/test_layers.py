@@ -44,7 +44,8 @@ FLOOR_PLAN: tuple[Layer, ...] = (
     Layer("leaves", tuple(f"scaffold.{name}" for name in (
         "_types", "_secrets", "_clock", "_context", "_validation", "_errors", "_answers", "_json", "_template",
         "_result", "_events", "_limits", "_throttle", "_rows", "_selectors", "_values", "_extras", "_openai_wire",
-    )), "value types, errors, secrets, clocks, limits, answer extraction: imported by every layer, import nothing"),
+    )), "value types, errors, secrets, clocks, limits, answer extraction, the OpenAI wire format: imported by "
+        "every floor, importing only each other"),
     Layer("backends", ("scaffold.backends",), "requests in, completions out: no graphs, runs or store"),
     Layer("store", ("scaffold.store",), "recording and reading runs, whatever built or executed them"),
     Layer("dsl", tuple(f"scaffold.{name}" for name in (
