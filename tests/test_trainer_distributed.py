@@ -295,7 +295,9 @@ def test_scaffold_train_with_ray_rolls_out_on_the_cluster(ray_local: str, pocket
                "--out", str(out), "--ray", ray_local, "--workers", "2"]
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"problem": f"{i}+{i}", "answer": str(2 * i)}) + "\n" for i in range(4)))
-    done = subprocess.run([*command, "--data", str(data)], cwd=root, capture_output=True, text=True, timeout=300)
+    # a deadline against a hang, not a speed bound: 20 s alone on 2 cores; over 300 s in a suite run beside a pocket
+    # build (load average 12 on 2 cores), where 300 s timed out while the workers were still loading the model
+    done = subprocess.run([*command, "--data", str(data)], cwd=root, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = (out / "log.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all('"sync_s"' in line for line in lines)
