@@ -21,8 +21,14 @@ MODEL_KEYS = frozenset({"name", "params", "max_in_flight", "requests_per_minute"
                         "retry"})
 """Settings of the :class:`~scaffold.Model` itself, allowed whatever the backend."""
 
-BACKEND_KEYS: dict[str, frozenset[str]] = {kind: frozenset(cls.settings) for kind, cls in BACKENDS.items()}
-"""Settings each backend kind takes (handed to its constructor): what its class declares (``settings``)."""
+def backend_keys(kind: str) -> frozenset[str]:
+    """The settings backend ``kind`` takes (handed to its constructor): what its class declares (``settings``).
+
+    Examples:
+        >>> sorted(backend_keys("transformers"))[:2]
+        ['batch_window', 'device']
+    """
+    return frozenset(getattr(BACKENDS[kind], "settings", ()))
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 PositiveNumber = Annotated[float, Field(gt=0)]
@@ -69,7 +75,7 @@ class ModelEntry(BaseModel):
     tokens_per_minute: PositiveNumber | None = None
     timeout: PositiveNumber | None = None
     retry: PositiveInt | RetrySettings | None = None
-    # backend settings (which ones a kind accepts: BACKEND_KEYS)
+    # backend settings (which ones a kind accepts: backend_keys)
     api_base: str | None = None
     api_key_env: str | None = None
     supports_n: bool | None = None
@@ -105,7 +111,7 @@ class ModelEntry(BaseModel):
             kind = default_kind(str(data["model"]), data.get("api_base"))
         if kind not in BACKENDS:
             raise ValueError(f"unknown backend {kind!r}; known: {', '.join(BACKENDS)}")
-        allowed = MODEL_KEYS | BACKEND_KEYS[kind] | {"backend", "model"}
+        allowed = MODEL_KEYS | backend_keys(kind) | {"backend", "model"}
         unknown = sorted(set(map(str, data)) - allowed)
         if unknown:
             raise ValueError(f"unknown setting(s) {', '.join(unknown)}; allowed for backend {kind!r}: "
@@ -134,4 +140,4 @@ class ModelEntry(BaseModel):
         """The backend constructor's keyword arguments this entry sets."""
         given = {key: getattr(self, key) for key in self.model_fields_set if key in type(self).model_fields}
         given.update(self.model_extra or {})
-        return {key: given[key] for key in sorted(BACKEND_KEYS[self.backend_kind] & given.keys())}
+        return {key: given[key] for key in sorted(backend_keys(self.backend_kind) & given.keys())}
