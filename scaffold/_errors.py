@@ -8,6 +8,7 @@
     │   ├── EmptySetError                aggregating or voting over a set that is empty by construction
     │   ├── TemplateError                a prompt template names a variable nothing provides
     │   ├── ModelAliasError              a graph uses an alias the run does not bind (lists the known ones)
+    │   │   └── ModelSpecError           a model spec (``--model``, a served alias) names no runnable model
     │   └── GraphDefinitionError         anything else malformed (wrong argument types, bad selector...)
     ├── InputError (ValueError)          a run's inputs do not fit the graph (missing variable, bad candidate row)
     ├── DatasetError (ValueError)        a dataset file or row is malformed (names the file and line)
@@ -32,6 +33,8 @@
     │   │                                or one the database refused (only that run fails; names the field)
     │   ├── SchemaVersionError           the store's schema is newer than this code (or not scaffold's)
     │   └── ResumeError                  a recorded run id was run again with another graph, inputs or seed
+    ├── CatalogueError (LookupError)     no topology catalogue is installed, or its plugin failed to load
+    ├── MissingDependencyError (ImportError)  an optional dependency is not installed (names the extra)
     └── ClusterError (RuntimeError)      a Ray cluster cannot run the job (no Ray, an unsafe store, every worker lost)
 """
 

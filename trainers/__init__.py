@@ -1,8 +1,9 @@
 """Training on recorded traces: reward → credit → batch → update, as small functions and one loop.
 
 Credit assignment (:mod:`trainers.credit`) and rewards (:mod:`trainers.rewards`) are pure Python
-and import no torch. :mod:`trainers.distributed` runs the same loop with its rollouts on Ray workers
-(``train_online(..., cluster=RolloutCluster(workers=2))``).
+and import no torch. :func:`train_online` is one loop over a rollout source (:mod:`trainers.rollouts`): this
+process by default, or Ray workers (:mod:`trainers.distributed`: ``train_online(...,
+cluster=RolloutCluster(workers=2))``).
 """
 
 from trainers.batch import collate, prompt_ids
@@ -23,11 +24,12 @@ from trainers.credit import (
     spiral_set_advantages,
     trainable,
 )
-from trainers.distributed import RolloutCluster
+from trainers.distributed import RayRollouts, RolloutCluster
 from trainers.loop import LoopConfig, batches, credit_runs, rollout_seed, train_offline, train_online, train_step
 from trainers.loss import policy_loss, token_logprobs
 from trainers.policy import LoraSettings, Policy, PolicyConfig
 from trainers.rewards import RewardFn, math_reward, rewards_from
+from trainers.rollouts import Collected, LocalRollouts, RolloutSource
 from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy, TrainBatch
 from trainers.weights import WeightUpdate, apply_update, rollout_version, weight_update
 
@@ -77,8 +79,13 @@ __all__ = [
     "credit_runs",
     "batches",
     "rollout_seed",
+    # where rollouts run
+    "RolloutSource",
+    "LocalRollouts",
+    "Collected",
     # training on a Ray cluster, weight sync
     "RolloutCluster",
+    "RayRollouts",
     "WeightUpdate",
     "weight_update",
     "apply_update",
