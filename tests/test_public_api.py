@@ -164,3 +164,16 @@ def test_backend_error_carries_retry_information():
     assert exc.retryable is True
     assert exc.status_code == 429
     assert sf.BackendError("bad request").retryable is False
+
+
+def test_import_scaffold_loads_no_heavy_dependency():
+    """``import scaffold`` stays light: pydantic (a registry's schema), SQLAlchemy (the store), torch, litellm,
+    Ray, click and FastAPI load when the feature that needs them is first used, not with the package."""
+    import subprocess
+    import sys
+
+    code = ("import sys, scaffold; heavy = ['pydantic', 'sqlalchemy', 'torch', 'litellm', 'ray', 'click', "
+            "'fastapi', 'transformers', 'vllm']; print(','.join(m for m in heavy if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""

@@ -31,13 +31,15 @@ import tomllib
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import ModelAliasError
-from scaffold.backends._entry import ModelEntry, RetrySettings
 from scaffold.backends._model import Model
 from scaffold.backends._registry import make_backend
 from scaffold.backends._retry import Retry
+
+if TYPE_CHECKING:
+    from scaffold.backends._entry import ModelEntry
 
 
 def model_from_config(alias: str, entry: Mapping[str, Any] | ModelEntry) -> Model:
@@ -46,6 +48,8 @@ def model_from_config(alias: str, entry: Mapping[str, Any] | ModelEntry) -> Mode
     The entry is validated by :class:`~scaffold.backends._entry.ModelEntry` (strict types, each backend's
     own settings); a mistake is a :class:`~scaffold.ModelAliasError` naming the alias and the field.
     """
+    from scaffold.backends._entry import ModelEntry, RetrySettings  # pydantic: imported when a registry is read
+
     parsed = entry if isinstance(entry, ModelEntry) else ModelEntry.parse(alias, entry)
     settings = parsed.model_settings()
     try:
