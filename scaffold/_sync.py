@@ -34,12 +34,17 @@ async def then_release(work: Awaitable[_T], models: Mapping[str, Model]) -> _T:
     try:
         return await work
     finally:
-        released: set[int] = set()
-        for model in models.values():
-            release = getattr(model.backend, "release_loop", None)
-            if release is not None and id(model.backend) not in released:
-                released.add(id(model.backend))
-                await release()
+        await release_backends(models)
+
+
+async def release_backends(models: Mapping[str, Model]) -> None:
+    """Let each distinct backend of ``models`` release what it holds on the running event loop."""
+    released: set[int] = set()
+    for model in models.values():
+        release = getattr(model.backend, "release_loop", None)
+        if release is not None and id(model.backend) not in released:
+            released.add(id(model.backend))
+            await release()
 
 
 def run_released(work: Coroutine[Any, Any, _T], models: Mapping[str, Model]) -> _T:

@@ -13,14 +13,13 @@ item ``i`` of ``config.dataset``, so a rollout is the same run wherever it was s
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import scaffold as sf
-from scaffold._sync import then_release
+from scaffold._sync import release_backends
 
 if TYPE_CHECKING:
     from trainers.loop import LoopConfig
@@ -122,4 +121,4 @@ class LocalRollouts:
 
     async def close(self) -> None:
         self.pending.clear()
-        await then_release(asyncio.sleep(0), self.models)  # the backends let go of this event loop's connections
+        await release_backends(self.models)  # the backends let go of this event loop's connections
