@@ -24,6 +24,7 @@ from scaffold._clock import MONOTONIC, Clock
 from scaffold._control import loop
 from scaffold._data import DATASETS, HUB_DATASETS, HubDataset, ShippedDataset, load_problems
 from scaffold._errors import (
+    AgentLimitError,
     AuthenticationError,
     BackendError,
     BadRequestError,
@@ -57,14 +58,22 @@ from scaffold._errors import (
     StoreError,
     SubsetSizeError,
     TemplateError,
+    ToolArgumentsError,
+    ToolError,
+    ToolFailed,
+    ToolResultError,
+    ToolResultTooLarge,
+    ToolTimeout,
+    UnknownToolError,
 )
 from scaffold._events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
 from scaffold._graph import Graph, GraphFunction, graph
 from scaffold._graph_map import LocalRunner
 from scaffold._limits import InFlightLimit, RateLimit
+from scaffold._messages import assistant_message, tool_message
 from scaffold._nodes import Node, Quorum, RuleOutput
 from scaffold._otel import OTelExporter, export_otlp, otel_exporter
-from scaffold._primitives import AGGREGATE_PROMPT, aggregate, candidates, generate, sample
+from scaffold._primitives import AGGREGATE_PROMPT, agent, aggregate, candidates, generate, sample
 from scaffold._result import RunResult
 from scaffold._rules import (
     agreement,
@@ -82,7 +91,8 @@ from scaffold._runner import MapRequest, PlannedRow, Runner, plan_row
 from scaffold._selectors import AllMembers, CustomSelector, Each, Pairs, Partition, RandomSubsets, Selector
 from scaffold._template import Template, format_candidates
 from scaffold._throttle import Throttle
-from scaffold._types import Completion, Delta, Finished, Message, Request, Status, Trace, TraceKind, Usage
+from scaffold._tools import Tool, ToolContext, ToolOutcome, current_tool_call, tool
+from scaffold._types import Completion, Delta, Finished, Message, Request, Status, ToolCall, Trace, TraceKind, Usage
 from scaffold.backends import (
     Backend,
     Capabilities,
@@ -127,6 +137,13 @@ __all__ = [
     "sample",
     "aggregate",
     "candidates",
+    # agents and tools
+    "agent",
+    "tool",
+    "Tool",
+    "ToolOutcome",
+    "ToolContext",
+    "current_tool_call",
     # rules and set operations
     "vote",
     "weighted_vote",
@@ -196,6 +213,9 @@ __all__ = [
     "Status",
     "Request",
     "Message",
+    "assistant_message",
+    "tool_message",
+    "ToolCall",
     "Completion",
     "Usage",
     "Delta",
@@ -239,6 +259,14 @@ __all__ = [
     "ContextLengthError",
     "CallTimeout",
     "RunTimeout",
+    "ToolError",
+    "UnknownToolError",
+    "ToolArgumentsError",
+    "ToolTimeout",
+    "ToolFailed",
+    "ToolResultError",
+    "ToolResultTooLarge",
+    "AgentLimitError",
     "StoreError",
     "RecordError",
     "SchemaVersionError",

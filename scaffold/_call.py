@@ -56,6 +56,11 @@ class ReuseSource(Protocol):
         """The call's traces (ids ``{run_id}/{node}#{index + i}``), or ``None`` to send it."""
         ...
 
+    async def take_trace(self, trace_id: str, request: Request | None, inputs: tuple[str, ...]) -> Trace | None:
+        """The trace recorded as ``trace_id`` if it answered the same ``request`` (``None``: any, for a tool
+        call) from the same ``inputs``; ``None`` to make it anew (an agent's turns and tool calls)."""
+        ...
+
 
 def call_seed(run_seed: int, node: str, index: int) -> int:
     """The seed a request gets: a pure function of the run seed, the node name and the index.

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scaffold._errors import GraphDefinitionError
 from scaffold._json import to_json
 from scaffold._nodes import (
+    AgentNode,
     CallNode,
     ConstNode,
     GateNode,
@@ -53,11 +54,19 @@ def spec(graph: Graph) -> dict[str, Any]:
                 "size": n.size,
                 "reads": [r.name for r in n.reads],
                 "control": n.control.name if n.control is not None else None,
+                **_agent_spec(n),
             }
             for n in graph.nodes
         ],
         "output": _output_names(graph.output),
     }
+
+
+def _agent_spec(node: Node) -> dict[str, Any]:
+    """An agent's tools and limits (a node without tools adds nothing, so older specs stay as they were)."""
+    if not isinstance(node, AgentNode):
+        return {}
+    return {"tools": node.tool_names(), "max_turns": node.max_turns, "token_budget": node.token_budget}
 
 
 def _output_names(value: Any) -> Any:

@@ -27,7 +27,15 @@
     │   │       └── ContextLengthError   the prompt does not fit the model's context
     │   ├── BudgetExceeded               a call was refused: it could pass the run's token or dollar budget
     │   ├── CallTimeout (TimeoutError)   one call ran past its timeout
-    │   └── RunTimeout (TimeoutError)    the whole run ran past its timeout
+    │   ├── RunTimeout (TimeoutError)    the whole run ran past its timeout
+    │   ├── ToolError                    a tool call failed; recorded on its ``tool`` trace, shown to the model
+    │   │   ├── UnknownToolError         the model called a tool the agent does not have
+    │   │   ├── ToolArgumentsError       the arguments are not JSON, or do not fit the tool's schema
+    │   │   ├── ToolTimeout (TimeoutError)  the tool ran past its timeout
+    │   │   ├── ToolFailed               the tool raised (``.cause_type`` names the exception)
+    │   │   ├── ToolResultError          the result cannot be turned into text (not JSON-serialisable)
+    │   │   └── ToolResultTooLarge       the result is longer than the tool's ``max_result_chars`` (cut)
+    │   └── AgentLimitError              an agent still called tools on its last allowed turn
     ├── StoreError (RuntimeError)        the trajectory store could not be opened, read or written
     │   ├── RecordError (ValueError)     the store cannot record a value: a caller's (refused before the run)
     │   │                                or one the database refused (only that run fails; names the field)
@@ -187,6 +195,43 @@ class CallTimeout(RunError, TimeoutError):
 
 class RunTimeout(RunError, TimeoutError):
     """A whole run ran past its timeout; in-flight calls were cancelled and recorded."""
+
+
+class ToolError(RunError):
+    """A tool call failed. The agent records it on the call's ``tool`` trace and shows it to the model as the
+    tool's answer; it fails a run only where a tool is called outside an agent."""
+
+
+class UnknownToolError(ToolError):
+    """The model called a tool by a name the agent was not given."""
+
+
+class ToolArgumentsError(ToolError):
+    """A tool call's arguments are not a JSON object, or do not fit the tool's parameters (names the field)."""
+
+
+class ToolTimeout(ToolError, TimeoutError):
+    """A tool call ran past the tool's ``timeout``; it was cancelled (a thread running a sync tool is abandoned)."""
+
+
+class ToolFailed(ToolError):
+    """The tool's function raised; ``cause_type`` is the exception's class name."""
+
+    def __init__(self, message: str, cause_type: str = "Exception") -> None:
+        super().__init__(message)
+        self.cause_type = cause_type
+
+
+class ToolResultError(ToolError):
+    """A tool returned a value that cannot be turned into text for the model (not JSON-serialisable)."""
+
+
+class ToolResultTooLarge(ToolError):
+    """A tool's result is longer than its ``max_result_chars``: the model is shown the first part and this note."""
+
+
+class AgentLimitError(RunError):
+    """An agent asked for tools on its last allowed turn (``max_turns`` or its token budget reached)."""
 
 
 class StoreError(ScaffoldError, RuntimeError):

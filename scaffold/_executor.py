@@ -100,8 +100,10 @@ class Run:
         on_delta: DeltaSink | None = None,
         stream_nodes: frozenset[str] = frozenset(),
         call_params: Mapping[str, Any] | None = None,
+        store: Any = None,
     ) -> None:
         self.call_params = dict(call_params or {})
+        self.store = store
         self.graph = graph
         self.on_delta = on_delta
         self.stream_nodes = stream_nodes if on_delta is not None else frozenset()

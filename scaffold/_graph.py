@@ -229,7 +229,7 @@ class Graph:
             run_id=run_id or uuid.uuid4().hex[:16],
             seed=random.SystemRandom().randrange(2**31) if seed is None else int(seed),
             subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget, reuse=reuse,
-            on_delta=on_delta, stream_nodes=streaming, call_params=call_params,
+            on_delta=on_delta, stream_nodes=streaming, call_params=call_params, store=target,
         )
         started = time.monotonic()
         result = await run.execute(timeout)

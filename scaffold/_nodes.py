@@ -168,6 +168,34 @@ class CallNode(Node):
 
 
 @dataclass(eq=False)
+class AgentNode(CallNode):
+    """A tool loop per trace (``sf.agent``, ``sf.aggregate(tools=...)``): model turns and tool calls until the
+    model answers without calling a tool, or ``max_turns``, or the token budget; its trace is the last turn.
+
+    ``tools`` are :class:`~scaffold._tools.Tool` objects (duck-typed here: a name and a ``spec()``)."""
+
+    tools: tuple[Any, ...] = ()
+    max_turns: int = 10
+    token_budget: int | None = None
+    """Tokens (prompt and completion, all turns) after which the next turn is the last: it may not call tools."""
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return "agent" if self.primitive == "agent" else f"{self.primitive} (agent)"
+
+    def calls(self, sizes: Mapping[int, int | None]) -> int:
+        """At most ``max_turns`` model calls per trace."""
+        return super().calls(sizes) * self.max_turns
+
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    def label(self) -> str:
+        tools = ", ".join(self.tool_names()) or "no tools"
+        return f"{super().label()} with {tools}, at most {self.max_turns} turns"
+
+
+@dataclass(eq=False)
 class SetNode(Node):
     """A node computed from one set (``items``): rules, maps, selections, loop gates."""
 

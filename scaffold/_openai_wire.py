@@ -55,11 +55,16 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def choice(chat: bool, index: int, text: str, finish: str, *, logprobs: Any = None) -> dict[str, Any]:
-    """One choice of an answer: a chat ``message`` or a completion's ``text``."""
+def choice(chat: bool, index: int, text: str, finish: str, *, logprobs: Any = None,
+           tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One choice of an answer: a chat ``message`` (with its ``tool_calls``, if any) or a completion's ``text``."""
     body: dict[str, Any] = {"index": index}
     if chat:
         body["message"] = {"role": "assistant", "content": text}
+        if tool_calls:
+            body["message"]["tool_calls"] = tool_calls
+            if not text:
+                body["message"]["content"] = None
     else:
         body["text"] = text
     body.update(logprobs=logprobs, finish_reason=finish)
@@ -67,7 +72,8 @@ def choice(chat: bool, index: int, text: str, finish: str, *, logprobs: Any = No
 
 
 def chunk_choice(chat: bool, index: int, *, content: str | None = None, role: bool = False,
-                 reasoning: str | None = None, finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
+                 reasoning: str | None = None, finish: str | None = None, logprobs: Any = None,
+                 tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One choice of a streamed chunk: a chat ``delta`` (``role``, ``content``, ``reasoning_content`` as given) or a
     completion's ``text`` (``""`` when it carries none).
 
@@ -84,6 +90,8 @@ def chunk_choice(chat: bool, index: int, *, content: str | None = None, role: bo
             delta["content"] = content
         if reasoning is not None:
             delta["reasoning_content"] = reasoning
+        if tool_calls is not None:
+            delta["tool_calls"] = tool_calls
         body["delta"] = delta
     else:
         body["text"] = content or ""

@@ -15,10 +15,11 @@ from typing import Any
 from scaffold._answers import Extractor
 from scaffold._builder import Builder, Input, current_builder
 from scaffold._errors import EmptySetError, GraphDefinitionError, SubsetSizeError, TemplateError
-from scaffold._nodes import CallNode, ConstNode, InputNode, Node, OnError, Quorum, make_policy
+from scaffold._nodes import AgentNode, CallNode, ConstNode, InputNode, Node, OnError, Quorum, make_policy
 from scaffold._secrets import SECRET_PARAMS
 from scaffold._selectors import AllMembers, Selector, make_selector
 from scaffold._template import Template, as_template
+from scaffold._tools import Tool, tools_by_name
 from scaffold._types import Trace
 
 AGGREGATE_PROMPT = Template(
@@ -121,6 +122,7 @@ def _call_node(
     name: str | None,
     on_error: OnError,
     single: bool,
+    agent: tuple[Sequence[Tool], int, int | None] | None = None,
 ) -> Node:
     builder = current_builder(what)
     alias = _check_alias(model, what)
@@ -158,13 +160,26 @@ def _call_node(
     policy = make_policy(on_error)
     if isinstance(policy, Quorum) and size is not None and policy.k > size:
         raise SubsetSizeError(f"sf.{what}() node {node_name!r}: quorum {policy.k} is larger than its {size} calls")
-    node = CallNode(
+    fields: dict[str, Any] = dict(
         name=node_name, size=size, single=single, on_error=policy, alias=alias, prompt=prompt_t,
         system=system_t, items=items, selector=selector or make_selector(None, None, 1), samples=samples,
         context=ctx, variables=variables, params=dict(params or {}), extract=extract, render=render,
         logprobs=logprobs, primitive=what,
     )
-    return builder.add(node)
+    if agent is None:
+        return builder.add(CallNode(**fields))
+    tools, max_turns, token_budget = agent
+    if isinstance(tools, (Tool, str, bytes)) or not isinstance(tools, Sequence):
+        raise GraphDefinitionError(f"sf.{what}() node {node_name!r}: tools must be a list of sf.tool(...) objects")
+    checked = tools_by_name(tools, f"sf.{what}() node {node_name!r}")
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise GraphDefinitionError(f"sf.{what}() node {node_name!r}: max_turns must be an integer of at least 1, "
+                                   f"got {max_turns!r}")
+    if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, int)
+                                     or token_budget < 1):
+        raise GraphDefinitionError(f"sf.{what}() node {node_name!r}: token_budget must be a positive integer")
+    return builder.add(AgentNode(**fields, tools=tuple(checked.values()), max_turns=max_turns,
+                                 token_budget=token_budget))
 
 
 def generate(
@@ -248,6 +263,9 @@ def aggregate(
     logprobs: bool = False,
     name: str | None = None,
     on_error: OnError = "raise",
+    tools: Sequence[Tool] | None = None,
+    max_turns: int = 10,
+    token_budget: int | None = None,
 ) -> Node:
     """A model reads sets of candidate traces and writes new traces (the aggregative primitive).
 
@@ -262,7 +280,9 @@ def aggregate(
     ``samples`` calls are made per set (SPIRAL's several aggregations of one set).
     The prompt gets ``{candidates}`` (rendered by ``render``) and ``{k}`` (the number read).
     ``items`` may be a graph input, so candidates collected elsewhere (strings or traces) can be
-    aggregated without regenerating them.
+    aggregated without regenerating them. With ``tools``, each aggregation is an agent (see :func:`agent`:
+    ``max_turns``, ``token_budget``) that may call them before it writes its answer (AggAgent's idea: look
+    into the candidates with tools instead of reading them all at once).
 
     Examples:
         >>> import scaffold as sf
@@ -278,4 +298,50 @@ def aggregate(
     single = isinstance(selector, AllMembers) and selector.n == 1 and samples == 1
     return _call_node("aggregate", prompt=prompt, model=model, items=node, selector=selector, samples=samples,
                       system=system, context=context, params=params, extract=extract, render=render,
-                      logprobs=logprobs, name=name, on_error=on_error, single=single)
+                      logprobs=logprobs, name=name, on_error=on_error, single=single,
+                      agent=None if tools is None else (tools, max_turns, token_budget))
+
+def agent(
+    prompt: str | Template,
+    *,
+    model: str,
+    tools: Sequence[Tool] = (),
+    n: int = 1,
+    max_turns: int = 10,
+    token_budget: int | None = None,
+    system: str | Template | None = None,
+    context: Mapping[str, SetLike] | None = None,
+    params: Mapping[str, Any] | None = None,
+    extract: Extractor | None = None,
+    logprobs: bool = False,
+    name: str | None = None,
+    on_error: OnError = "raise",
+) -> Node:
+    """A tool-using agent (the sequential primitive, many turns): the model is called with ``tools``; each tool
+    it asks for is run (several at once when it asks for several) and its result given back, until it answers
+    without calling one. ``n`` agents run independently (a set of ``n`` traces, like :func:`sample`).
+
+    Each turn is a recorded model trace reading the turns and tool results before it; each tool call is a
+    trace of kind ``tool``. The agent's trace, the one votes and aggregations read, is its last turn. The
+    turn ``max_turns`` (or the first after ``token_budget`` tokens were spent) is sent with
+    ``tool_choice="none"``: a model that still calls a tool then fails the agent with
+    :class:`~scaffold.AgentLimitError` (under ``on_error``). A tool's failure is shown to the model as the
+    tool's answer and recorded on its trace; it never fails the run.
+
+    Examples:
+        >>> import scaffold as sf
+        >>> @sf.tool
+        ... def add(a: int, b: int) -> int:
+        ...     "Add two integers."
+        ...     return a + b
+        >>> @sf.graph
+        ... def solve(problem):
+        ...     return sf.vote(sf.agent("Solve: {problem}", model="solver", tools=[add], n=3, max_turns=4))
+        >>> solve.build().count_calls()
+        {'solver': 12}
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SubsetSizeError(f"sf.agent(): n must be an integer of at least 1, got {n!r}")
+    return _call_node("agent", prompt=prompt, model=model, items=None, selector=None, samples=n, system=system,
+                      context=context, params=params, extract=extract, render=None, logprobs=logprobs, name=name,
+                      on_error=on_error, single=n == 1, agent=(tools, max_turns, token_budget))

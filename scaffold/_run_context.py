@@ -45,6 +45,10 @@ class RunContext(Protocol):
     """Sampling parameters every call of the run gets (a served request's, say)."""
     reuse: tuple[ReuseSource, ...]
     """Where recorded answers are looked up before a call is sent (resume, replay, cache)."""
+    models: Mapping[str, Model]
+    """The run's models by alias (a graph called as a tool runs on them)."""
+    store: Any
+    """The store the run records to, ``None`` when it records nothing (a graph called as a tool records there)."""
 
     @property
     def listeners(self) -> Mapping[type, Sequence[Subscriber]]:

@@ -70,6 +70,8 @@ class TraceKind(StrEnum):
     """A rule aggregation or set operation (``vote``, ``best_of``, ``map_traces``)."""
     EXTERNAL = "external"
     """An output collected outside the graph and passed in as an input."""
+    TOOL = "tool"
+    """One tool call an agent made: its arguments, result (the text), error and latency."""
 
 
 class Message(NamedTuple):
@@ -78,7 +80,10 @@ class Message(NamedTuple):
     Requests hold messages as plain ``(role, content)`` pairs (the executor builds exact
     tuples: CPython's garbage collector stops tracking a tuple of strings, and a run keeps
     one per model call); ``Message`` is a named tuple of the same shape, equal to the pair,
-    for code that builds requests by hand.
+    for code that builds requests by hand. The messages of a tool loop carry a third item, a
+    mapping: an assistant turn's ``{"tool_calls": [...]}`` or a tool result's
+    ``{"tool_call_id": ..., "name": ...}`` (build them with :func:`scaffold.assistant_message`
+    and :func:`scaffold.tool_message`).
 
     Examples:
         >>> Message("user", "2+2?").role
@@ -98,8 +103,9 @@ class Request:
         4
     """
 
-    messages: tuple[tuple[str, str], ...] = ()
-    """Chat messages as ``(role, content)`` pairs (``Message`` fits); empty when ``prompt`` is used."""
+    messages: tuple[tuple[Any, ...], ...] = ()
+    """Chat messages as ``(role, content)`` pairs (``Message`` fits), or ``(role, content, extra)`` for the
+    turns of a tool loop (see :class:`Message`); empty when ``prompt`` is used."""
     prompt: str | None = None
     """A raw completion prompt, for backends that take one, instead of ``messages``."""
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -112,6 +118,11 @@ class Request:
     """The concrete model name the alias is bound to (``"openai/gpt-4o-mini"``)."""
     seed: int | None = None
     """A per-call seed derived from the run seed, so scripted and sampling backends are reproducible."""
+    tools: tuple[Mapping[str, Any], ...] = ()
+    """Tools the model may call, in OpenAI's format (``{"type": "function", "function": {name, description,
+    parameters}}``); empty for a plain call."""
+    tool_choice: str | Mapping[str, Any] | None = None
+    """``"auto"``, ``"none"``, ``"required"`` or one named function; ``None`` leaves it to the server."""
 
     @property
     def last_content(self) -> str:
@@ -135,6 +146,30 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call of a tool a model asked for: its id, the tool's name and the arguments as JSON text.
+
+    The arguments stay the model's text until the tool validates them, so a malformed call is
+    recorded as the model wrote it.
+
+    Examples:
+        >>> ToolCall(id="call_1", name="add", arguments='{"a": 1, "b": 2}').name
+        'add'
+    """
+
+    id: str
+    """The call's id; the tool's answer names it (``tool_call_id``)."""
+    name: str
+    """The tool's name."""
+    arguments: str = "{}"
+    """The arguments, a JSON object as text."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The call in OpenAI's wire format."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """One choice returned by a backend."""
 
@@ -154,6 +189,8 @@ class Completion:
     """The concrete model that answered, if the backend knows it."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """Backend-specific extras (e.g. simulated latency)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tools the model asked to call (``finish_reason`` is then usually ``"tool_calls"``)."""
 
 
 @dataclass(frozen=True, slots=True)

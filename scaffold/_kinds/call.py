@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from scaffold._agent import run_agent
 from scaffold._call import call, index_seed, node_seed
 from scaffold._errors import EmptyInputError, InputError, SubsetSizeError
 from scaffold._jobs import Job, Slot
 from scaffold._kinds.registry import expands, members
-from scaffold._nodes import CallNode, Quorum
+from scaffold._nodes import AgentNode, CallNode, Quorum
 from scaffold._template import format_candidates
 from scaffold._types import Request, Status, record_maker
 
@@ -75,7 +76,7 @@ def expand_call(run: RunContext, node: CallNode) -> list[Slot]:
     alias = node.alias or ""
     model = run.model(alias)
     caps = model.backend.capabilities
-    batch = min(node.samples, caps.max_n or node.samples) if caps.supports_n else 1
+    batch = min(node.samples, caps.max_n or node.samples) if caps.supports_n and type(node) is CallNode else 1
     outs = run.new_slots(len(groups) * node.samples)
     params = {**model.params, **run.call_params, **node.params} if run.call_params else {**model.params, **node.params}
     plan = CallPlan(node, run.sender(alias), model.name, params, items, outs, run.streams(node))
@@ -123,6 +124,9 @@ def fire_call(run: RunContext, job: CallJob) -> None:
         seed=index_seed(seed_part, index),
     )
     send = run.stream_sender(node.alias or "", node, index) if plan.streamed else plan.send
+    if isinstance(node, AgentNode):
+        run.start(run_agent(run, node, send, request, tuple([t.id for t in read]), outs[0], index))
+        return
     run.start(call(run, node, send, request, tuple([t.id for t in read]), outs, index))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scaffold._types import Completion, Usage
+from scaffold._types import Completion, ToolCall, Usage
 
 __all__ = ["Choice", "completions_from", "split"]
 
@@ -24,6 +24,7 @@ class Choice:
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None
     finish_reason: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -70,6 +71,7 @@ def completions_from(
             text=choice.text, token_ids=choice.token_ids, logprobs=choice.logprobs if logprobs else None,
             usage=Usage(prompt_tokens=p, completion_tokens=c), finish_reason=choice.finish_reason,
             cost=None if prices is None else p * prices[0] + c * prices[1], model=model,
+            tool_calls=choice.tool_calls,
         )
         for choice, p, c in zip(choices, prompts, counts)
     ]

@@ -29,8 +29,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from scaffold._errors import AuthenticationError, BackendError, BadRequestError, ServerError
+from scaffold._messages import call_from_dict, message_dict
 from scaffold._secrets import MaskedKey, environment_secrets, redact
-from scaffold._types import Completion, Request, StreamItem, Usage
+from scaffold._types import Completion, Request, StreamItem, ToolCall, Usage
 from scaffold.backends._base import Capabilities
 from scaffold.backends._choices import Choice, split, token_counts
 from scaffold.backends._litellm_errors import typed_error
@@ -186,7 +187,7 @@ class LiteLLMBackend:
             if client is not None:
                 kwargs["client"] = client
             return await litellm.atext_completion(prompt=request.prompt, **kwargs)
-        messages = [{"role": role, "content": content} for role, content in request.messages]
+        messages = [message_dict(m) for m in request.messages]
         return await litellm.acompletion(messages=messages, **kwargs)
 
     async def complete(self, request: Request) -> list[Completion]:
@@ -257,6 +258,10 @@ class LiteLLMBackend:
             kwargs["api_key"] = MaskedKey(key)
         if request.n > 1:
             kwargs["n"] = request.n
+        if request.tools:
+            kwargs["tools"] = list(request.tools)
+        if request.tool_choice is not None:
+            kwargs["tool_choice"] = request.tool_choice
         if request.seed is not None and "seed" not in kwargs and "seed" in self.supported_params:
             kwargs["seed"] = request.seed
         if request.logprobs:
@@ -275,7 +280,7 @@ class LiteLLMBackend:
         usage = getattr(response, "usage", None)
         prompt_total = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_total = int(getattr(usage, "completion_tokens", 0) or 0)
-        parsed = [Choice(*self._choice(choice)) for choice in choices]
+        parsed = [Choice(*self._choice(choice), _tool_calls(choice)) for choice in choices]
         counts = token_counts(parsed, completion_total)
         prompts = split(prompt_total, len(parsed))
         costs = self._costs(response, prompts, counts) if usage is not None else [None] * len(parsed)
@@ -284,7 +289,7 @@ class LiteLLMBackend:
             Completion(
                 text=choice.text, token_ids=choice.token_ids, logprobs=choice.logprobs if request.logprobs else None,
                 usage=Usage(prompt_tokens=p, completion_tokens=c), finish_reason=choice.finish_reason,
-                cost=cost, model=model,
+                cost=cost, model=model, tool_calls=choice.tool_calls,
             )
             for choice, p, c, cost in zip(parsed, prompts, counts, costs)
         ]
@@ -380,3 +385,12 @@ async def release_litellm_loop() -> None:
             except Exception:
                 continue
 
+
+
+def _tool_calls(choice: Any) -> tuple[ToolCall, ...]:
+    """The tool calls of one litellm choice (its message's ``tool_calls``, SDK objects or dicts)."""
+    message = getattr(choice, "message", None)
+    raw = getattr(message, "tool_calls", None) if message is not None else None
+    if not raw:
+        return ()
+    return tuple(call_from_dict(call, i) for i, call in enumerate(raw))

@@ -42,6 +42,9 @@ async def stream_litellm(backend: LiteLLMBackend, request: Request, import_litel
             usage = getattr(chunk, "usage", None) or usage
             for choice in getattr(chunk, "choices", None) or ():
                 delta = parts.add(*_chunk_choice(choice))
+                calls = getattr(getattr(choice, "delta", None), "tool_calls", None)
+                if calls:
+                    parts.add_tool_calls(int(getattr(choice, "index", 0) or 0), calls)
                 if delta is not None:
                     yield delta
     except Exception as exc:

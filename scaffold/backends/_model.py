@@ -41,7 +41,9 @@ class Reply(NamedTuple):
 
 def estimate_tokens(request: Request) -> int:
     """A cheap upper-leaning estimate of a request's tokens (prompt ≈ 4 characters per token)."""
-    chars = sum(len(content) for _, content in request.messages) + len(request.prompt or "")
+    chars = sum(len(m[1] or "") for m in request.messages) + len(request.prompt or "")
+    if request.tools:
+        chars += sum(len(str(tool)) for tool in request.tools)
     params = request.params
     completion = params.get("max_tokens") or params.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
     return chars // 4 + 1 + request.n * int(completion)

@@ -34,8 +34,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from scaffold._errors import AuthenticationError, BackendError, BadRequestError, ServerError
+from scaffold._messages import call_from_dict, message_dict
 from scaffold._secrets import MaskedKey, environment_secrets, redact
-from scaffold._types import Completion, Delta, Finished, Request, StreamItem
+from scaffold._types import Completion, Delta, Finished, Request, StreamItem, ToolCall
 from scaffold.backends._base import Capabilities
 from scaffold.backends._choices import Choice, completions_from
 from scaffold.backends._openai_errors import error_for_status, error_message, is_context_error, transport_error
@@ -275,10 +276,8 @@ class OpenAIBackend:
                             break
                         model = chunk.get("model") or model
                         usage = chunk.get("usage") or usage
-                        for choice in chunk.get("choices") or ():
-                            delta = parts.add(*_chunk_choice(choice, text_endpoint))
-                            if delta is not None:
-                                yield delta
+                        for delta in _chunk_deltas(parts, chunk, text_endpoint):
+                            yield delta
         except Exception as exc:
             error = transport_error(exc, self.model)
         if error is None and whole is not None:
@@ -304,7 +303,11 @@ class OpenAIBackend:
         if text:
             body["prompt"] = request.prompt
         else:
-            body["messages"] = [{"role": role, "content": content} for role, content in request.messages]
+            body["messages"] = [message_dict(m) for m in request.messages]
+            if request.tools:
+                body["tools"] = list(request.tools)
+            if request.tool_choice is not None:
+                body["tool_choice"] = request.tool_choice
         params = request.params
         for key, value in params.items():
             if key not in CLIENT_PARAMS:
@@ -411,14 +414,33 @@ class OpenAIBackend:
 
 def _choice(choice: Mapping[str, Any], text_endpoint: bool) -> Choice:
     """One choice of a (non-streamed) answer."""
+    calls: tuple[ToolCall, ...] = ()
     if text_endpoint:
         text = choice.get("text")
     else:
         message = choice.get("message") or {}
         text = message.get("content")
+        raw_calls = message.get("tool_calls")
+        if raw_calls:
+            if not isinstance(raw_calls, list):
+                raise ServerError(f"the answer's tool_calls is not a list: {str(raw_calls)[:200]}")
+            calls = tuple(call_from_dict(call, i) for i, call in enumerate(raw_calls))
     ids = choice.get("token_ids")
     return Choice(text or "", tuple(ids) if ids is not None else None, _logprobs(choice.get("logprobs")),
-                  choice.get("finish_reason"))
+                  choice.get("finish_reason"), calls)
+
+
+def _chunk_deltas(parts: StreamAssembler, chunk: Mapping[str, Any], text_endpoint: bool) -> list[Delta]:
+    """Add one stream chunk's choices (text, tokens, tool-call pieces) to ``parts``; the deltas to hand on."""
+    deltas = []
+    for choice in chunk.get("choices") or ():
+        delta = parts.add(*_chunk_choice(choice, text_endpoint))
+        calls = None if text_endpoint else (choice.get("delta") or {}).get("tool_calls")
+        if calls:
+            parts.add_tool_calls(int(choice.get("index", 0)), calls)
+        if delta is not None:
+            deltas.append(delta)
+    return deltas
 
 
 def _chunk_choice(choice: Mapping[str, Any], text_endpoint: bool) -> tuple[int, str | None, Any, Any, str | None]:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import BackendError
+from scaffold._messages import message_dict
 from scaffold._types import Completion, Request, StreamItem, Usage
 from scaffold.backends._base import Capabilities
 from scaffold.backends._transformers_sampling import IGNORED_PARAMS as IGNORED_PARAMS
@@ -92,7 +93,7 @@ def encode_prompt(tokenizer: Any, request: Request) -> list[int]:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
         raise BackendError(f"the tokenizer of {name} has no chat template; send a raw `prompt`", retryable=False)
     else:
-        messages = [{"role": role, "content": content} for role, content in request.messages]
+        messages = [message_dict(m) for m in request.messages]
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if not ids:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from scaffold._messages import message_dict
 from scaffold.cli._common import StoreHandle, TimeType, fmt_cost, fmt_duration, fmt_time, shorten, table
 
 if TYPE_CHECKING:
@@ -265,7 +266,8 @@ def _trace_text(trace: Trace, reward: float | None, full: bool) -> str:
     pad = " " * 8
     if full:
         if trace.request is not None:
-            for role, content in trace.request.messages:
+            for message in trace.request.messages:
+                role, content = message[0], message[1]
                 lines.append(f"{pad}[{role}]")
                 lines += [pad + "  " + line for line in str(content).splitlines()]
             if trace.request.prompt is not None:
@@ -292,7 +294,7 @@ def _trace_json(trace: Trace, reward: float | None, full: bool) -> dict[str, Any
     }
     if full:
         request = trace.request
-        data["messages"] = ([{"role": r, "content": c} for r, c in request.messages] if request is not None else [])
+        data["messages"] = [message_dict(m) for m in request.messages] if request is not None else []
         data["prompt"] = request.prompt if request is not None else None
         data["params"] = dict(request.params) if request is not None else {}
         data["token_ids"] = None if trace.token_ids is None else list(trace.token_ids)

@@ -81,10 +81,24 @@ def request_values(request: Request) -> tuple[str, str | None, str, str | None, 
     The key hashes the same serialised text that is stored, so it costs one pass over the prompt.
     """
     messages = encode_messages(request.messages)
-    params = _encode_sorted(public_params(request.params)) if request.params else "{}"
+    if request.tools or request.tool_choice is not None:
+        params = _encode_sorted(request_params(request))
+    else:
+        params = _encode_sorted(public_params(request.params)) if request.params else "{}"
     body = "\x00".join((request.model or "", messages, request.prompt or "", params, "1" if request.logprobs else "0"))
     return (hashlib.blake2b(body.encode(), digest_size=16).hexdigest(), request.model, messages, request.prompt,
             params, request.logprobs)
+
+
+def request_params(request: Request) -> dict[str, Any]:
+    """The ``params`` column of a request: its sampling parameters, and its ``tools`` and ``tool_choice`` when it
+    offers tools (so a request without tools is stored, and keyed, as before tools existed)."""
+    params = public_params(request.params)
+    if request.tools:
+        params["tools"] = to_json(list(request.tools))
+    if request.tool_choice is not None:
+        params["tool_choice"] = to_json(request.tool_choice)
+    return params
 
 
 _encode = json.JSONEncoder(allow_nan=False).encode  # to_json already made every NaN None: JSON's own text only
@@ -94,16 +108,21 @@ _LONG = 1 << 18
 long prompt is encoded in slices and the event loop's thread is not kept waiting (~1 ms a slice)."""
 
 
-def encode_messages(messages: Sequence[Sequence[str]]) -> str:
+def encode_messages(messages: Sequence[Sequence[Any]]) -> str:
     """``json.dumps`` of the messages as lists (ASCII, the same text), long texts encoded slice by slice.
 
     Examples:
         >>> encode_messages([("user", "a" * 300_000 + "\u00e9")]) == json.dumps([["user", "a" * 300_000 + "\u00e9"]])
         True
     """
-    if sum(len(part) for message in messages for part in message) < _LONG:
-        return _encode([list(m) for m in messages])
-    return "[" + ", ".join("[" + ", ".join(_string(part) for part in message) + "]" for message in messages) + "]"
+    if sum(len(message[1] or "") for message in messages) < _LONG:
+        return _encode([_message_list(m) for m in messages])
+    return "[" + ", ".join("[" + ", ".join(_string(part) if isinstance(part, str) else _encode(to_json(part))
+                                           for part in message) + "]" for message in messages) + "]"
+
+
+def _message_list(message: Sequence[Any]) -> list[Any]:
+    return list(message) if len(message) == 2 else [message[0], message[1], to_json(message[2])]
 
 
 def dumps(value: Any) -> str:
@@ -199,9 +218,13 @@ def edge_values(trace: Trace) -> list[tuple[str, int, str]]:
 def request_from_row(row: Mapping[Any, Any] | None, seed: int | None, n: int) -> Request | None:
     if row is None:
         return None
+    params = dict(row["params"] or {})
+    tools = params.pop("tools", None) or ()
+    tool_choice = params.pop("tool_choice", None)
     return Request(
-        messages=tuple((m[0], m[1]) for m in row["messages"] or ()), prompt=row["prompt"],
-        params=dict(row["params"] or {}), n=n, logprobs=bool(row["logprobs"]), model=row["model"], seed=seed,
+        messages=tuple((m[0], m[1]) if len(m) < 3 else (m[0], m[1], m[2]) for m in row["messages"] or ()),
+        prompt=row["prompt"], params=params, n=n, logprobs=bool(row["logprobs"]), model=row["model"], seed=seed,
+        tools=tuple(tools), tool_choice=tool_choice,
     )
 
 

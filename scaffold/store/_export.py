@@ -38,6 +38,7 @@ from sqlalchemy import Connection, and_, func, or_, select
 
 from scaffold._errors import StoreError
 from scaffold._json import to_json
+from scaffold._messages import message_dict
 from scaffold.store import _codec as codec
 from scaffold.store._query import filter_runs
 from scaffold.store._schema import CALLS, EDGES, REQUESTS, REWARDS, RUNS
@@ -249,7 +250,7 @@ def _row(row: Mapping[Any, Any], inputs: list[str]) -> dict[str, Any]:
         "run_status": row["run_status"], "run_seed": row["run_seed"],
         "trace_id": row["id"], "node": row["node"], "index": row["index"], "kind": row["kind"],
         "alias": row["alias"], "model": row["model"], "backend": row["backend"],
-        "messages": [{"role": m[0], "content": m[1]} for m in messages] if messages is not None else [],
+        "messages": [message_dict(m) for m in messages] if messages is not None else [],
         "prompt": row["prompt"], "params": row["params"] if row["params"] is not None else {},
         "text": row["text"], "answer": row["answer"],
         "token_ids": _list(codec.unpack_ints(row["token_ids"])),

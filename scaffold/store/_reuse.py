@@ -54,6 +54,17 @@ class Replay:
         self.reused += len(found)
         return [dataclasses.replace(t, request=request) for t in found]
 
+    async def take_trace(self, trace_id: str, request: Request | None, inputs: tuple[str, ...]) -> Trace | None:
+        trace = self.traces.get(trace_id)
+        if trace is None or trace.inputs != inputs:
+            return None
+        if request is not None:
+            if trace.request is None or codec.request_key(trace.request) != codec.request_key(request):
+                return None
+            trace = dataclasses.replace(trace, request=request)
+        self.reused += 1
+        return trace
+
 
 _CACHED_CALLS = (
     select(CALLS)
@@ -89,6 +100,11 @@ class ResponseCache:
             )
             for i in indices
         ]
+
+    async def take_trace(self, trace_id: str, request: Request | None, inputs: tuple[str, ...]) -> Trace | None:
+        """Never: an agent's turns and tool calls are not answered from other runs (a tool's world may have
+        changed since)."""
+        return None
 
     def _lookup(self, key: str, node: str, indices: Sequence[int]) -> dict[int, Trace]:
         found: dict[int, Trace] = {}

@@ -17,7 +17,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from scaffold._errors import RecordError, ResumeError, StoreError
 from scaffold._json import to_json
-from scaffold._types import Trace, TraceKind
+from scaffold._types import Status, Trace, TraceKind
 from scaffold._values import check_value, has_lone_surrogate
 from scaffold.store import _codec as codec
 from scaffold.store import _query as query
@@ -310,7 +310,7 @@ class Store:
                 raise ResumeError(f"run {run_id!r} was recorded with other inputs; use a new run id")
             if seed is not None and seed != info.seed:
                 raise ResumeError(f"run {run_id!r} was recorded with seed {info.seed}, not {seed}")
-            traces = {t.id: t for t in query.load_traces(conn, [run_id], ok_only=True) if t.kind is TraceKind.MODEL}
+            traces = {t.id: t for t in query.load_traces(conn, [run_id]) if _replayable(t)}
         return Replay(traces), info.seed
 
     def export(self, path: str | os.PathLike[str], format: str | None = None, *,
@@ -325,6 +325,14 @@ class Store:
     def cache(self) -> ResponseCache:
         """A response cache over this store's finished calls (see :mod:`scaffold.store._reuse`)."""
         return ResponseCache(self)
+
+
+def _replayable(trace: Trace) -> bool:
+    """What a resumed run reuses: finished model calls, and tool calls that answered the model (a failed one
+    too: its error was the model's answer)."""
+    if trace.kind is TraceKind.MODEL:
+        return trace.status is Status.OK
+    return trace.kind is TraceKind.TOOL and trace.status in (Status.OK, Status.ERROR)
 
 
 def _check_text(text: Any, what: str) -> None:

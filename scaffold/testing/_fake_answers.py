@@ -18,7 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scaffold import Completion, ToolCall
 from scaffold import _openai_wire as wire
+from scaffold._messages import message_from_dict
 from scaffold.testing._http import HTTPResponse
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "json_response",
     "parse_request",
     "rate_limited_response",
+    "reply_parts",
 ]
 
 _TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
@@ -76,8 +79,9 @@ class ServerRequest:
     """Which endpoint was called."""
     model: str
     """The ``model`` field of the request."""
-    messages: tuple[tuple[str, str], ...] = ()
-    """Chat messages as ``(role, content)`` pairs (text parts joined); empty for completions."""
+    messages: tuple[tuple[Any, ...], ...] = ()
+    """Chat messages as ``(role, content)`` pairs (text parts joined), with a third item for tool calls and tool
+    results (see :mod:`scaffold._messages`); empty for completions."""
     prompt: str | None = None
     """The completion prompt; ``None`` for chat."""
     n: int = 1
@@ -95,11 +99,17 @@ class ServerRequest:
         return self.messages[-1][1] if self.messages else (self.prompt or "")
 
     @property
+    def tools(self) -> list[Any]:
+        """The ``tools`` the request offers (OpenAI's function specs); empty without any."""
+        tools = self.body.get("tools")
+        return list(tools) if isinstance(tools, list) else []
+
+    @property
     def prompt_text(self) -> str:
         """The text whose fake tokens are the prompt tokens (chat: one ``"role: content\\n"`` line per message)."""
         if self.prompt is not None:
             return self.prompt
-        return "".join(f"{role}: {content}\n" for role, content in self.messages)
+        return "".join(f"{m[0]}: {m[1]}\n" for m in self.messages)
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -148,8 +158,10 @@ def parse_request(endpoint: str, body: bytes, default_model: str) -> ServerReque
         payload = None
     if not isinstance(payload, dict):
         raise Refusal(error_response(400, "We could not parse the JSON body of your request.", code="invalid_json"))
-    if payload.get("tools"):
-        raise Refusal(error_response(400, "tools is not supported by the test server", param="tools"))
+    tools = payload.get("tools")
+    if tools is not None and (not isinstance(tools, list) or not all(_is_function(t) for t in tools)):
+        raise Refusal(error_response(400, "tools must be a list of {type: function, function: {name, ...}}",
+                                     param="tools"))
     if payload.get("stream") not in (None, False, True):
         raise Refusal(error_response(400, f"stream must be a boolean, got {payload['stream']!r}", param="stream"))
     options = payload.get("stream_options")
@@ -175,8 +187,13 @@ def parse_request(endpoint: str, body: bytes, default_model: str) -> ServerReque
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise Refusal(error_response(400, "messages must be a non-empty list of objects", param="messages"))
-    pairs = tuple((str(m.get("role", "")), _content_text(m.get("content"))) for m in messages)
+    pairs = tuple(message_from_dict(m, _content_text(m.get("content"))) for m in messages)
     return ServerRequest("chat", model, messages=pairs, n=n, body=payload, seed=seed)
+
+
+def _is_function(tool: Any) -> bool:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return tool.get("type") == "function" and isinstance(function, dict) and isinstance(function.get("name"), str)
 
 
 def _content_text(content: Any) -> str:
@@ -211,16 +228,35 @@ def check_context(request: ServerRequest, max_context: int | None) -> None:
 # -- answers --------------------------------------------------------------------------------------
 
 
-def completion_body(request: ServerRequest, texts: Sequence[str]) -> dict[str, Any]:
-    """The JSON answer to ``request`` whose choices say ``texts`` before ``stop`` and ``max_tokens`` apply."""
+PolicyReply = str | Completion
+"""What a policy says for one choice: its text, or a :class:`~scaffold.Completion` whose ``tool_calls`` the
+choice asks for (its ``text`` said first)."""
+
+
+def reply_parts(reply: PolicyReply) -> tuple[str, tuple[ToolCall, ...]]:
+    """A policy's reply as its text and its tool calls."""
+    if isinstance(reply, Completion):
+        return reply.text, tuple(reply.tool_calls)
+    return reply, ()
+
+
+def completion_body(request: ServerRequest, texts: Sequence[PolicyReply]) -> dict[str, Any]:
+    """The JSON answer to ``request`` whose choices say ``texts`` before ``stop`` and ``max_tokens`` apply (a
+    reply with tool calls finishes with ``"tool_calls"``)."""
     prompt_ids = [fake_token_id(token) for token in fake_tokenize(request.prompt_text)]
     with_ids = bool(request.body.get("return_token_ids"))
     choices = []
     completion_tokens = 0
-    for index, text in enumerate(texts):
+    for index, reply in enumerate(texts):
+        text, calls = reply_parts(reply)
         tokens, finish = choice_tokens(request, text)
-        completion_tokens += len(tokens)
-        choices.append(_choice(request, index, tokens, finish, with_ids))
+        completion_tokens += len(tokens) + sum(len(fake_tokenize(c.name + c.arguments)) for c in calls)
+        choice = _choice(request, index, tokens, "tool_calls" if calls else finish, with_ids)
+        if calls and request.endpoint == "chat":
+            choice["message"]["tool_calls"] = [call.as_dict() for call in calls]
+            if not tokens:
+                choice["message"]["content"] = None
+        choices.append(choice)
     chat = request.endpoint == "chat"
     answer: dict[str, Any] = {
         "id": wire.response_id(chat, uuid.uuid4().hex),

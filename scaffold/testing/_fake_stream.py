@@ -19,11 +19,13 @@ from typing import Any
 
 from scaffold import _openai_wire as wire
 from scaffold.testing._fake_answers import (
+    PolicyReply,
     ServerRequest,
     choice_tokens,
     fake_logprob,
     fake_token_id,
     fake_tokenize,
+    reply_parts,
 )
 
 __all__ = ["StreamedAnswer", "stream_chunks"]
@@ -43,7 +45,7 @@ class StreamedAnswer:
     """How many choices the answer has."""
 
 
-def stream_chunks(request: ServerRequest, texts: Sequence[str]) -> StreamedAnswer:
+def stream_chunks(request: ServerRequest, texts: Sequence[PolicyReply]) -> StreamedAnswer:
     """The chunks answering ``request`` (streamed) whose choices say ``texts`` before ``stop`` and ``max_tokens``.
 
     Examples:
@@ -61,7 +63,8 @@ def stream_chunks(request: ServerRequest, texts: Sequence[str]) -> StreamedAnswe
     include_usage = bool(options.get("include_usage"))
     if include_usage:
         header["usage"] = None
-    laid_out = [choice_tokens(request, text) for text in texts]
+    replies = [reply_parts(reply) for reply in texts]
+    laid_out = [choice_tokens(request, text) for text, _ in replies]
     chunks: list[tuple[dict[str, Any], bool]] = []
 
     def add(index: int, piece: dict[str, Any], token: bool) -> None:
@@ -75,8 +78,16 @@ def stream_chunks(request: ServerRequest, texts: Sequence[str]) -> StreamedAnswe
         for index, (tokens, _) in enumerate(laid_out):
             if position < len(tokens):
                 add(index, _token_piece(request, tokens, position), True)
+    for index, (_, calls) in enumerate(replies):
+        for position, call in enumerate(calls if chat else ()):  # each call in two pieces: id and name first
+            half = len(call.arguments) // 2
+            first = {"index": position, "id": call.id, "type": "function",
+                     "function": {"name": call.name, "arguments": call.arguments[:half]}}
+            add(index, wire.chunk_choice(chat, index, tool_calls=[first]), False)
+            rest = {"index": position, "function": {"arguments": call.arguments[half:]}}
+            add(index, wire.chunk_choice(chat, index, tool_calls=[rest]), False)
     for index, (_, finish) in enumerate(laid_out):
-        add(index, wire.chunk_choice(chat, index, finish=finish), False)
+        add(index, wire.chunk_choice(chat, index, finish="tool_calls" if replies[index][1] else finish), False)
     if include_usage:
         prompt_tokens = len(fake_tokenize(request.prompt_text))
         completion_tokens = sum(len(tokens) for tokens, _ in laid_out)

@@ -26,7 +26,8 @@ Where it departs from the real services:
   ``retry-after-ms`` (which the ``openai`` client prefers).
 - Faults and ``allowed_rate`` apply to completion requests only, streamed or not (a stream's
   faults: ``Fault.truncated`` cuts it after some tokens, ``Fault.malformed`` sends an event that is
-  not JSON); tools and lists of prompts are refused with a 400. The model name is not checked.
+  not JSON); lists of prompts are refused with a 400. Tools are checked for shape only: which
+  tool is called, and when, is the policy's (it sees ``ServerRequest.tools``). The model name is not checked.
 - A stream's chunks always carry one token each (real servers may merge tokens), and a chat stream
   sends a separate last chunk per choice with the finish reason (as OpenAI does; vLLM puts it on the
   last token's chunk). ``token_interval`` spaces the token events; there is no other pacing.
@@ -54,8 +55,10 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from scaffold import Completion
 from scaffold._openai_wire import DONE, sse
 from scaffold.testing._fake_answers import (
+    PolicyReply,
     Refusal,
     ServerRequest,
     check_api_key,
@@ -118,7 +121,9 @@ class OpenAIServer:
     """An OpenAI-compatible HTTP server on ``127.0.0.1`` in a background thread (see the module docstring).
 
     ``policy`` gives the text of one choice: a function of the :class:`ServerRequest` (sync or
-    async; called once per choice, on the server's event loop) or a fixed string. The default
+    async; called once per choice, on the server's event loop) or a fixed string; a function may
+    return a :class:`~scaffold.Completion` instead, whose ``tool_calls`` the choice asks for (the
+    server's scripted tool calls, streamed in pieces when the request streams). The default
     answers ``"[choice] last message"``. ``latency`` (seconds, or a function of the request) is
     waited before every completion answer, ``token_interval`` between the token events of a streamed
     one. ``faults(request, number)`` may return a :class:`Fault`
@@ -419,14 +424,14 @@ class OpenAIServer:
         texts = [await self._policy_text(replace(request, choice=index)) for index in range(request.n)]
         return completion_body(request, texts)
 
-    async def _policy_text(self, request: ServerRequest) -> str:
+    async def _policy_text(self, request: ServerRequest) -> PolicyReply:
         if isinstance(self.policy, str):
             return self.policy
         text = self.policy(request)
         if inspect.isawaitable(text):
             text = await text
-        if not isinstance(text, str):
-            raise TypeError(f"policy must return a string, got {type(text).__name__}")
+        if not isinstance(text, (str, Completion)):
+            raise TypeError(f"policy must return a string or a Completion, got {type(text).__name__}")
         return text
 
 

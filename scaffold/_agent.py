@@ -1,0 +1,170 @@
+"""The agent loop: model turns and tool calls until the model answers, recorded turn by turn and resumable.
+
+One agent (one trace of an :class:`~scaffold._nodes.AgentNode`) with id ``B = {run}/{node}#{i}``
+records:
+
+- each turn that called tools as a model trace ``B.t`` (``metadata["turn"] = t``, its calls in
+  ``metadata["tool_calls"]``), reading the agent's inputs and every turn and tool result before it;
+- each tool call of turn ``t`` as a ``tool`` trace ``B.t.j`` reading that turn, with the call's
+  arguments, result (its text), typed error and latency;
+- the last turn (the answer) as ``B`` itself: the agent's trace, the one sets and votes read.
+
+Resume: a turn whose trace was recorded for the same request (same conversation, tools and
+parameters) and inputs is not sent again, and a tool call recorded with the same arguments is not
+run again (a failed call included: its error was the model's answer), so a resumed agent walks its
+recorded turns and pays only from where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from scaffold._call import answered, index_seed, node_seed, unanswered
+from scaffold._errors import AgentLimitError, BackendError, UnknownToolError
+from scaffold._messages import assistant_message, call_from_dict, tool_message
+from scaffold._tools import Tool, ToolContext, ToolOutcome, reset_tool_call, set_tool_call
+from scaffold._types import Request, Status, ToolCall, Trace, TraceKind
+
+if TYPE_CHECKING:
+    from scaffold._call import Send
+    from scaffold._jobs import Slot
+    from scaffold._nodes import AgentNode
+    from scaffold._run_context import RunContext
+
+__all__ = ["run_agent", "tool_calls_of_trace"]
+
+
+def tool_calls_of_trace(trace: Trace) -> tuple[ToolCall, ...]:
+    """The tool calls a model trace asked for (recorded in its metadata)."""
+    calls = trace.metadata.get("tool_calls") if trace.metadata else None
+    if not calls:
+        return ()
+    return tuple(call_from_dict(call, i) for i, call in enumerate(calls))
+
+
+async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request, inputs: tuple[str, ...],
+                    out: Slot, index: int) -> None:
+    """Run agent ``index`` of ``node`` from its first request; resolve ``out`` with its answer (or its failure)."""
+    base = f"{run.run_id}/{node.name}#{index}"
+    tools = {t.name: t for t in node.tools}
+    specs = tuple(t.spec() for t in node.tools)
+    messages = list(first.messages)
+    lineage = list(inputs)
+    spent = 0
+    request = first
+    try:
+        for turn in range(node.max_turns):
+            last = turn == node.max_turns - 1 or (node.token_budget is not None and spent >= node.token_budget)
+            seed = first.seed if turn == 0 else index_seed(node_seed(run.seed, f"{node.name}@{turn}"), index)
+            request = dataclasses.replace(
+                first, messages=tuple(messages), n=1, seed=seed, tools=specs,
+                tool_choice="none" if last and specs else first.tool_choice)
+            trace = await _turn(run, node, send, request, tuple(lineage), base, turn, index, out)
+            if trace is None:
+                return  # failed, and recorded as the agent's trace
+            spent += trace.usage.total_tokens
+            calls = tool_calls_of_trace(trace)
+            if not calls:
+                run.finish(out, trace)
+                return
+            run.record(trace)
+            if last:
+                why = "its token budget" if turn < node.max_turns - 1 else f"max_turns={node.max_turns}"
+                run.node_failed(node, [out], index, AgentLimitError(
+                    f"{node.name}#{index} still called {', '.join(c.name for c in calls)} on its last turn "
+                    f"({why}, turn {turn + 1}, {spent} tokens)"), request, (*lineage, trace.id))
+                return
+            messages.append(assistant_message(trace.text, calls))
+            lineage.append(trace.id)
+            results = await _tool_calls(run, node, tools, calls, trace.id)
+            for call, result in zip(calls, results):
+                messages.append(tool_message(call.id, call.name, result.text))
+                lineage.append(result.id)
+    except asyncio.CancelledError:
+        if out.trace is None:
+            run.record(unanswered(run, node, request, tuple(lineage), index, time.time(), 0.0))
+        raise
+    finally:
+        run.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+
+async def _turn(run: RunContext, node: AgentNode, send: Send, request: Request, inputs: tuple[str, ...], base: str,
+                turn: int, index: int, out: Slot) -> Trace | None:
+    """One model turn: from the record when it is there, else sent; ``None`` when it failed (recorded)."""
+    if run.reuse:
+        for trace_id in (f"{base}.{turn}", base):
+            recorded = await _recorded(run, trace_id, request, inputs)
+            if recorded is not None and recorded.metadata.get("turn", 0) == turn:
+                return recorded
+    started, t0 = time.time(), time.perf_counter()
+    try:
+        reply = await send(request)
+        if len(reply.completions) != 1:
+            raise BackendError(f"backend returned {len(reply.completions)} completions for n=1")
+        completion = reply.completions[0]
+        trace = answered(run, node, request, inputs, index, completion, reply.started, reply.latency, reply.attempts)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        run.node_failed(node, [out], index, exc, request, inputs, started, time.perf_counter() - t0)
+        return None
+    metadata: dict[str, Any] = {**trace.metadata, "turn": turn}
+    if completion.tool_calls:
+        metadata["tool_calls"] = [call.as_dict() for call in completion.tool_calls]
+        return dataclasses.replace(trace, id=f"{base}.{turn}", answer=None, metadata=metadata)
+    return dataclasses.replace(trace, metadata=metadata)
+
+
+async def _recorded(run: RunContext, trace_id: str, request: Request | None, inputs: tuple[str, ...]) -> Trace | None:
+    for source in run.reuse:
+        trace = await source.take_trace(trace_id, request, inputs)
+        if trace is not None:
+            return trace
+    return None
+
+
+async def _tool_calls(run: RunContext, node: AgentNode, tools: dict[str, Tool], calls: Sequence[ToolCall],
+                      turn_id: str) -> list[Trace]:
+    """Run one turn's tool calls (at once when there are several) and record a trace for each."""
+    if len(calls) == 1:
+        return [await _tool_call(run, node, tools, calls[0], turn_id, 0)]
+    return list(await asyncio.gather(*[_tool_call(run, node, tools, call, turn_id, j) for j, call in enumerate(calls)]))
+
+
+async def _tool_call(run: RunContext, node: AgentNode, tools: dict[str, Tool], call: ToolCall, turn_id: str,
+                     position: int) -> Trace:
+    trace_id = f"{turn_id}.{position}"
+    if run.reuse:
+        recorded = await _recorded(run, trace_id, None, (turn_id,))
+        if recorded is not None and recorded.metadata.get("arguments") == call.arguments \
+                and recorded.metadata.get("tool") == call.name:
+            run.record(recorded)
+            return recorded
+    started = time.time()
+    chosen = tools.get(call.name)
+    if chosen is None:
+        known = ", ".join(tools) or "none"
+        error = UnknownToolError(f"no tool is named {call.name!r}; the tools are: {known}")
+        outcome = ToolOutcome(f"UnknownToolError: {error}", error)
+    else:
+        token = set_tool_call(ToolContext(run.run_id, trace_id, run.models, run.store))
+        try:
+            outcome = await chosen.call(call.arguments)
+        finally:
+            reset_tool_call(token)
+    metadata: dict[str, Any] = {"tool": call.name, "arguments": call.arguments, "call_id": call.id}
+    if outcome.metadata:
+        metadata.update(outcome.metadata)
+    trace = Trace(
+        id=trace_id, run_id=run.run_id, node=node.name, index=int(trace_id.rsplit("#", 1)[1].split(".")[0]),
+        kind=TraceKind.TOOL, text=outcome.text, latency=outcome.latency, started_at=started, inputs=(turn_id,),
+        status=Status.OK if outcome.error is None else Status.ERROR,
+        error=None if outcome.error is None else f"{type(outcome.error).__name__}: {outcome.error}",
+        metadata=metadata,
+    )
+    run.record(trace)
+    return trace

@@ -1,0 +1,20 @@
+"""Made once with scaffold at 8ed10db (schema of the release before tool calls): tests/data/store_before_tools.db."""
+import scaffold as sf
+from scaffold.testing import ScriptedBackend
+
+@sf.graph
+def solve_and_merge(problem):
+    drafts = sf.sample("Solve: {problem}", model="solver", n=3)
+    return sf.aggregate(drafts, model="judge", prompt="Merge for {problem}:\n{candidates}")
+
+def solver(request):
+    return r"draft \boxed{4}"
+
+def judge(request):
+    raise sf.BackendError("judge unavailable")
+
+store = sf.Store("tests/data/store_before_tools.db")
+result = solve_and_merge.run_sync({"problem": "2+2"}, models={"solver": ScriptedBackend(solver), "judge": ScriptedBackend(judge)},
+                                  seed=7, run_id="before-tools", store=store, raise_on_error=False)
+print(result.error)
+store.close()
