@@ -50,7 +50,7 @@ FLOOR_PLAN: tuple[Layer, ...] = (
     Layer("backends", ("scaffold.backends",), "requests in, completions out: no graphs, runs or store"),
     Layer("store", ("scaffold.store",), "recording and reading runs, whatever built or executed them"),
     Layer("dsl", tuple(f"scaffold.{name}" for name in (
-        "_nodes", "_builder", "_primitives", "_rules", "_control", "_data", "_budget", "_sync", "_tools",
+        "_nodes", "_builder", "_primitives", "_rules", "_control", "_data", "_budget", "_sync", "_tools", "tools",
     )), "what graphs are made of: nodes, primitives, rules, control flow, datasets, budgets"),
     Layer("calls", ("scaffold._run_context", "scaffold._call", "scaffold._agent", "scaffold._kinds",
                     "scaffold._jobs"),
