@@ -37,6 +37,7 @@ from graphs.prompts import (
     SOLVE_PROMPT,
     SUMMARY_PROMPT,
 )
+from graphs.react import REACT_PROMPT, react
 from graphs.registry import TOPOLOGIES, build_topology, parse_value, pocket_defaults, topology
 from graphs.rsa import population_by_step, rsa
 from graphs.self_consistency import self_consistency
@@ -59,6 +60,8 @@ __all__ = [
     "best_of_n",
     "weighted_majority",
     "pairwise_ranking",
+    "react",
+    "REACT_PROMPT",
     # training topologies
     "grpo_group",
     "spiral",

@@ -25,6 +25,7 @@ from graphs.best_of_n import best_of_n, weighted_majority
 from graphs.evolve import evolve
 from graphs.moa import mixture_of_agents, self_moa
 from graphs.pairwise import agreement_verdict, pairwise_ranking
+from graphs.react import react
 from graphs.rsa import rsa
 from graphs.self_consistency import self_consistency
 from graphs.single import single_sample
@@ -44,6 +45,7 @@ TOPOLOGIES: dict[str, sf.GraphFunction] = {
     "ssa": ssa,
     "aggregation_tree": aggregation_tree,
     "pairwise_ranking": pairwise_ranking,
+    "react": react,
 }
 """The topologies a command line can name (the ones that take only a ``problem`` input)."""
 

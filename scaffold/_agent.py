@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import re
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scaffold._call import answered, index_seed, node_seed, unanswered
 from scaffold._errors import AgentLimitError, BackendError, UnknownToolError
-from scaffold._messages import assistant_message, call_from_dict, tool_message
+from scaffold._messages import assistant_message, call_from_dict, tool_calls_of, tool_message
 from scaffold._tools import Tool, ToolContext, ToolOutcome, reset_tool_call, set_tool_call
 from scaffold._types import Request, Status, ToolCall, Trace, TraceKind
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from scaffold._nodes import AgentNode
     from scaffold._run_context import RunContext
 
-__all__ = ["run_agent", "tool_calls_of_trace"]
+__all__ = ["client_call_id", "client_turns", "run_agent", "run_of_client_call", "tool_calls_of_trace"]
 
 
 def tool_calls_of_trace(trace: Trace) -> tuple[ToolCall, ...]:
@@ -51,7 +53,11 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
     """Run agent ``index`` of ``node`` from its first request; resolve ``out`` with its answer (or its failure)."""
     base = f"{run.run_id}/{node.name}#{index}"
     tools = {t.name: t for t in node.tools}
-    specs = tuple(t.spec() for t in node.tools)
+    client = run.client_node is node
+    client_specs = tuple(run.client_tools) if client else ()
+    client_names = {_spec_name(spec) for spec in client_specs}
+    specs = tuple(t.spec() for t in node.tools) + client_specs
+    given = client_turns(run.continuation) if client else []
     messages = list(first.messages)
     lineage = list(inputs)
     spent = 0
@@ -63,7 +69,10 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
             request = dataclasses.replace(
                 first, messages=tuple(messages), n=1, seed=seed, tools=specs,
                 tool_choice="none" if last and specs else first.tool_choice)
-            trace = await _turn(run, node, send, request, tuple(lineage), base, turn, index, out)
+            if turn < len(given):
+                trace = await _given_turn(run, node, request, tuple(lineage), base, turn, given[turn][0])
+            else:
+                trace = await _turn(run, node, send, request, tuple(lineage), base, turn, index, out)
             if trace is None:
                 return  # failed, and recorded as the agent's trace
             spent += trace.usage.total_tokens
@@ -71,25 +80,118 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
             if not calls:
                 run.finish(out, trace)
                 return
-            run.record(trace)
             if last:
+                run.record(trace)
                 why = "its token budget" if turn < node.max_turns - 1 else f"max_turns={node.max_turns}"
                 run.node_failed(node, [out], index, AgentLimitError(
                     f"{node.name}#{index} still called {', '.join(c.name for c in calls)} on its last turn "
                     f"({why}, turn {turn + 1}, {spent} tokens)"), request, (*lineage, trace.id))
                 return
+            ours = [(j, call) for j, call in enumerate(calls) if call.name not in client_names]
+            theirs = [(j, call) for j, call in enumerate(calls) if call.name in client_names]
+            results = dict(zip([j for j, _ in ours], await _tool_calls(run, node, tools, ours, trace.id)))
+            if theirs:
+                answers = given[turn][1] if turn < len(given) else {}
+                served = {j: client_call_id(run.run_id, index, turn, j) for j, _ in theirs}
+                if any(served[j] not in answers and call.id not in answers for j, call in theirs):
+                    waiting = [dataclasses.replace(call, id=served[j]).as_dict() for j, call in theirs]
+                    metadata = {**trace.metadata, "client_tool_calls": waiting}
+                    run.finish(out, dataclasses.replace(trace, metadata=metadata))
+                    return
+                for j, call in theirs:
+                    text = answers.get(served[j], answers.get(call.id, ""))
+                    results[j] = _client_result(run, node, trace.id, j, call, text)
+            run.record(trace)
             messages.append(assistant_message(trace.text, calls))
             lineage.append(trace.id)
-            results = await _tool_calls(run, node, tools, calls, trace.id)
-            for call, result in zip(calls, results):
-                messages.append(tool_message(call.id, call.name, result.text))
-                lineage.append(result.id)
+            for j, call in enumerate(calls):
+                messages.append(tool_message(call.id, call.name, results[j].text))
+                lineage.append(results[j].id)
     except asyncio.CancelledError:
         if out.trace is None:
             run.record(unanswered(run, node, request, tuple(lineage), index, time.time(), 0.0))
         raise
     finally:
         run.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+
+def client_call_id(run_id: str, index: int, turn: int, position: int) -> str:
+    """The id a client sees for a call of its own tool (call ``position`` of turn ``turn`` of agent ``index``):
+    it names the run, so the client's answer finds the run to resume.
+
+    Examples:
+        >>> client_call_id("0123456789abcdef", 0, 1, 2)
+        'call_0123456789abcdef_0_1_2'
+        >>> run_of_client_call("call_0123456789abcdef_0_1_2")
+        '0123456789abcdef'
+    """
+    return f"call_{run_id}_{index}_{turn}_{position}"
+
+
+_CLIENT_ID = re.compile(r"^call_([0-9A-Za-z-]{1,64})_\d+_\d+_\d+$")
+
+
+def run_of_client_call(call_id: str) -> str | None:
+    """The run id a :func:`client_call_id` names, ``None`` for any other id."""
+    match = _CLIENT_ID.match(call_id)
+    return match.group(1) if match else None
+
+
+def client_turns(continuation: Sequence[Sequence[Any]]) -> list[tuple[tuple[Any, ...], dict[str, str]]]:
+    """A conversation's turns after its last user message: each assistant turn that called tools, with the
+    answers (by call id) of the tool messages that follow it."""
+    turns: list[tuple[tuple[Any, ...], dict[str, str]]] = []
+    for message in continuation:
+        if message[0] == "assistant" and tool_calls_of(message):
+            turns.append((tuple(message), {}))
+        elif message[0] == "tool" and turns and len(message) > 2:
+            turns[-1][1][str(message[2].get("tool_call_id", ""))] = message[1]
+    return turns
+
+
+def _spec_name(spec: Any) -> str:
+    function = spec.get("function", spec) if isinstance(spec, dict) else {}
+    return str(function.get("name", ""))
+
+
+async def _given_turn(run: RunContext, node: AgentNode, request: Request, inputs: tuple[str, ...], base: str,
+                      turn: int, message: tuple[Any, ...]) -> Trace:
+    """A turn the client sent back (the assistant message that called its tools): the recorded turn when it is the
+    same one, else the client's message as the turn's record (no model call)."""
+    calls = tool_calls_of(message)
+    if run.reuse:
+        recorded = await _recorded(run, f"{base}.{turn}", request, inputs)
+        if recorded is not None:
+            mine = {(c.name, _canonical(c.arguments)) for c in tool_calls_of_trace(recorded)}
+            if {(c.name, _canonical(c.arguments)) for c in calls} <= mine:
+                return recorded
+    return Trace(
+        id=f"{base}.{turn}", run_id=run.run_id, node=node.name, index=_agent_index(base), model=node.alias,
+        request=request, text=message[1] or "", inputs=inputs, started_at=time.time(), cost=0.0,
+        metadata={"turn": turn, "tool_calls": [call.as_dict() for call in calls], "from_client": True},
+    )
+
+
+def _agent_index(trace_id: str) -> int:
+    """The agent's index in its node, from the id of one of its traces (``.../node#i.t.j``)."""
+    return int(trace_id.rsplit("#", 1)[1].split(".")[0])
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments
+
+
+def _client_result(run: RunContext, node: AgentNode, turn_id: str, position: int, call: ToolCall, text: str) -> Trace:
+    trace = Trace(
+        id=f"{turn_id}.{position}", run_id=run.run_id, node=node.name, index=_agent_index(turn_id),
+        kind=TraceKind.TOOL, text=text, started_at=time.time(), inputs=(turn_id,),
+        metadata={"tool": call.name, "arguments": call.arguments, "call_id": call.id, "client": True},
+    )
+    run.record(trace)
+    return trace
 
 
 async def _turn(run: RunContext, node: AgentNode, send: Send, request: Request, inputs: tuple[str, ...], base: str,
@@ -127,12 +229,13 @@ async def _recorded(run: RunContext, trace_id: str, request: Request | None, inp
     return None
 
 
-async def _tool_calls(run: RunContext, node: AgentNode, tools: dict[str, Tool], calls: Sequence[ToolCall],
-                      turn_id: str) -> list[Trace]:
-    """Run one turn's tool calls (at once when there are several) and record a trace for each."""
+async def _tool_calls(run: RunContext, node: AgentNode, tools: dict[str, Tool],
+                      calls: Sequence[tuple[int, ToolCall]], turn_id: str) -> list[Trace]:
+    """Run one turn's tool calls (``(position, call)`` pairs; at once when there are several) and record a trace
+    for each."""
     if len(calls) == 1:
-        return [await _tool_call(run, node, tools, calls[0], turn_id, 0)]
-    return list(await asyncio.gather(*[_tool_call(run, node, tools, call, turn_id, j) for j, call in enumerate(calls)]))
+        return [await _tool_call(run, node, tools, calls[0][1], turn_id, calls[0][0])]
+    return list(await asyncio.gather(*[_tool_call(run, node, tools, call, turn_id, j) for j, call in calls]))
 
 
 async def _tool_call(run: RunContext, node: AgentNode, tools: dict[str, Tool], call: ToolCall, turn_id: str,
@@ -160,7 +263,7 @@ async def _tool_call(run: RunContext, node: AgentNode, tools: dict[str, Tool], c
     if outcome.metadata:
         metadata.update(outcome.metadata)
     trace = Trace(
-        id=trace_id, run_id=run.run_id, node=node.name, index=int(trace_id.rsplit("#", 1)[1].split(".")[0]),
+        id=trace_id, run_id=run.run_id, node=node.name, index=_agent_index(trace_id),
         kind=TraceKind.TOOL, text=outcome.text, latency=outcome.latency, started_at=started, inputs=(turn_id,),
         status=Status.OK if outcome.error is None else Status.ERROR,
         error=None if outcome.error is None else f"{type(outcome.error).__name__}: {outcome.error}",

@@ -53,7 +53,7 @@ from scaffold._errors import (
 from scaffold._events import RunFinished, RunStarted, Subscriber, TraceFinished, wanted_by
 from scaffold._jobs import FunctionJob, Job, Slot
 from scaffold._kinds import expander
-from scaffold._nodes import Node, Quorum
+from scaffold._nodes import AgentNode, Node, Quorum
 from scaffold._result import RunResult
 from scaffold._sizes import check_run_sizes
 from scaffold._types import Request, Status, Trace, TraceKind
@@ -101,9 +101,15 @@ class Run:
         stream_nodes: frozenset[str] = frozenset(),
         call_params: Mapping[str, Any] | None = None,
         store: Any = None,
+        client_tools: Sequence[Mapping[str, Any]] = (),
+        continuation: Sequence[Sequence[Any]] = (),
     ) -> None:
         self.call_params = dict(call_params or {})
         self.store = store
+        self.client_tools = tuple(client_tools)
+        self.continuation = tuple(tuple(m) for m in continuation)
+        output = graph.output
+        self.client_node: Node | None = output if isinstance(output, AgentNode) else None
         self.graph = graph
         self.on_delta = on_delta
         self.stream_nodes = stream_nodes if on_delta is not None else frozenset()

@@ -32,6 +32,7 @@ from scaffold._result import RunResult
 from scaffold._runner import MapRequest, Runner
 from scaffold._sizes import check_run_sizes
 from scaffold._sync import no_running_loop, run_released
+from scaffold._tools import Tool
 from scaffold._types import Status
 from scaffold._values import check_seed, check_value, has_lone_surrogate
 from scaffold.store._default import DEFAULT, resolve_store
@@ -115,6 +116,14 @@ class Graph:
         """Dry run: model calls per alias (loops with ``until``: at most). No backend is touched."""
         return count_calls(self, input_sizes)
 
+    def as_tool(self, **options: Any) -> Tool:
+        """This graph as a tool an agent may call (see :mod:`scaffold._graph_tool`): its inputs are the tool's
+        parameters, its output's text the answer. Options: ``name``, ``description``, ``timeout``,
+        ``max_in_flight``, ``max_result_chars``, and ``models`` (default: the calling agent's)."""
+        from scaffold._graph_tool import GraphTool
+
+        return GraphTool(self, **options)
+
     def validate(self, models: Mapping[str, Any] | None = None, inputs: Mapping[str, Any] | None = None) -> None:
         """Check that every alias is bound and (if given) that the inputs fit, without calling anything."""
         bind_models(self, models)
@@ -175,6 +184,8 @@ class Graph:
         stream_nodes: Iterable[str] | None = None,
         call_params: Mapping[str, Any] | None = None,
         resume: bool = True,
+        client_tools: Sequence[Mapping[str, Any]] = (),
+        continuation: Sequence[Sequence[Any]] = (),
     ) -> RunResult:
         """Run the graph once on ``inputs``, recording every call in a store.
 
@@ -202,6 +213,13 @@ class Graph:
         ``call_params`` (``temperature``, ``max_tokens``...) go with every model call of this run, over
         the models' defaults; parameters a node sets itself still win. ``resume=False`` skips looking
         ``run_id`` up in the store (for ids known to be new: a server's, which saves a store query per run).
+
+        When the graph's output is an agent (``sf.agent``), ``client_tools`` (OpenAI function specs) are offered to it
+        beside its own tools, but run by the caller: a turn that calls one ends the run, its output the turn with
+        ``metadata["client_tool_calls"]`` (ids from :func:`~scaffold._agent.client_call_id`). The caller runs them
+        and runs again with the same ``run_id`` and ``continuation``: the agent's turns after the question (the
+        assistant messages that called tools, then the ``tool`` messages answering them), as message tuples. Recorded
+        calls are reused (the whole graph before the agent, with a store), and the agent goes on from the answers.
         """
         self._check_inputs(inputs)
         _check_run_values(inputs, seed, run_id, dataset)
@@ -230,6 +248,7 @@ class Graph:
             seed=random.SystemRandom().randrange(2**31) if seed is None else int(seed),
             subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget, reuse=reuse,
             on_delta=on_delta, stream_nodes=streaming, call_params=call_params, store=target,
+            client_tools=client_tools, continuation=continuation,
         )
         started = time.monotonic()
         result = await run.execute(timeout)
@@ -387,6 +406,10 @@ class GraphFunction:
 
     def count_calls(self, input_sizes: Mapping[str, int] | None = None) -> dict[str, int]:
         return self.build().count_calls(input_sizes)
+
+    def as_tool(self, **options: Any) -> Tool:
+        """Build with default parameters and make it a tool; see :meth:`Graph.as_tool`."""
+        return self.build().as_tool(**options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Inside another graph: inline as a sub-graph (keyword-only arguments are build parameters)."""

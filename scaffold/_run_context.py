@@ -49,6 +49,12 @@ class RunContext(Protocol):
     """The run's models by alias (a graph called as a tool runs on them)."""
     store: Any
     """The store the run records to, ``None`` when it records nothing (a graph called as a tool records there)."""
+    client_node: Node | None
+    """The graph's output node when it is an agent: the one the caller's own tools are offered to."""
+    client_tools: tuple[Mapping[str, Any], ...]
+    """Tools the caller runs itself (a served request's ``tools``), offered to :attr:`client_node`."""
+    continuation: tuple[tuple[Any, ...], ...]
+    """The caller's turns after its question: :attr:`client_node`'s tool calls and the caller's answers to them."""
 
     @property
     def listeners(self) -> Mapping[type, Sequence[Subscriber]]:

@@ -56,7 +56,7 @@ FLOOR_PLAN: tuple[Layer, ...] = (
                     "scaffold._jobs"),
           "how each node kind runs and how one model call is made, against a narrow run context"),
     Layer("runtime", tuple(f"scaffold.{name}" for name in (
-        "_executor", "_graph", "_runner", "_graph_map", "_sizes", "_describe", "_otel",
+        "_executor", "_graph", "_runner", "_graph_map", "_sizes", "_describe", "_otel", "_graph_tool",
     )), "the executor, the Graph object, runners of its rows, graph descriptions, OpenTelemetry"),
     Layer("evaluation", ("scaffold.evaluation",), "evaluations, reports and comparisons of recorded runs"),
     Layer("pocket", ("scaffold.pocket",), "the pocket model: its task, tokenizer, training and cache"),
@@ -78,6 +78,7 @@ narrow run context (:mod:`scaffold._run_context`) removed the last ones (node ki
 
 DYNAMIC: Mapping[tuple[str, str], str] = {
     ("graphs.registry", "_user_topology"): "loads the user's own topology module, named on the command line",
+    ("scaffold.tools._named", "_named"): "loads a tool named `module:attribute` in a config or on the command line",
 }
 """(module, function) -> why it calls ``import_module`` with a computed name."""
 

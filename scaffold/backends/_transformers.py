@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import BackendError
-from scaffold._messages import message_dict
 from scaffold._types import Completion, Request, StreamItem, Usage
 from scaffold.backends._base import Capabilities
+from scaffold.backends._tool_text import chat_messages, native_tools, with_tool_calls
 from scaffold.backends._transformers_sampling import IGNORED_PARAMS as IGNORED_PARAMS
 from scaffold.backends._transformers_sampling import NEUTRAL_PARAMS as NEUTRAL_PARAMS
 from scaffold.backends._transformers_sampling import SAMPLING_PARAMS as SAMPLING_PARAMS
@@ -93,8 +93,8 @@ def encode_prompt(tokenizer: Any, request: Request) -> list[int]:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
         raise BackendError(f"the tokenizer of {name} has no chat template; send a raw `prompt`", retryable=False)
     else:
-        messages = [message_dict(m) for m in request.messages]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        messages, extra = chat_messages(request, native_tools(tokenizer))
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra)
         ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if not ids:
         raise BackendError("the prompt is empty", retryable=False)
@@ -237,7 +237,7 @@ class TransformersBackend:
         """Answer ``request`` with ``request.n`` choices, batched with concurrent calls."""
         if request.n < 1:
             return []
-        return await self._submit(request).future
+        return with_tool_calls(request, await self._submit(request).future)
 
 
     def __reduce__(self) -> tuple[Any, ...]:

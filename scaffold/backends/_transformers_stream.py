@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from scaffold._types import Delta, Finished, Request, StreamItem
 
 if TYPE_CHECKING:
-    from scaffold.backends._transformers import TransformersBackend
+    from scaffold.backends._tool_text import with_tool_calls
+from scaffold.backends._transformers import TransformersBackend
 
 __all__ = ["RowStream", "stream_request"]
 
@@ -71,7 +72,7 @@ async def stream_request(backend: TransformersBackend, request: Request) -> Asyn
             text = completion.text
             if len(text) > len(stream.sent) and text.startswith(stream.sent):
                 yield Delta(choice, text[len(stream.sent):])
-        yield Finished(tuple(completions))
+        yield Finished(tuple(with_tool_calls(request, completions)))
     finally:
         if not job.future.done():  # left early: the batch loop drops the rows of a finished job
             job.future.cancel()

@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 from scaffold._errors import BackendError
 from scaffold._types import Completion, Request
 from scaffold.backends._base import Capabilities
+from scaffold.backends._tool_text import with_tool_calls
 from scaffold.backends._vllm_engine import Abort, Call, EngineLoop, Submit, engine_args
 from scaffold.backends._vllm_weights import reload_worker_weights
 
@@ -179,7 +180,7 @@ class VLLMBackend:
         lora = self._adapters[lora_name] if lora_name is not None else None
         self._engine_loop.send(Submit(request_id, request, sampling, lora, lora_name, self.name, loop, future))
         try:
-            return await future
+            return with_tool_calls(request, await future)
         except asyncio.CancelledError:
             self._engine_loop.commands.put(Abort(request_id))  # after a stop nobody reads it: harmless
             raise

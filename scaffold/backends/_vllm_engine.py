@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaffold._errors import BackendError
-from scaffold._messages import message_dict
 from scaffold._types import Completion, Request, Usage
+from scaffold.backends._tool_text import chat_messages, native_tools
 
 __all__ = ["Abort", "Call", "EngineLoop", "Submit", "engine_args"]
 
@@ -258,8 +258,8 @@ def _prompt(engine: Any, request: Request) -> Any:
     tokenizer = engine.get_tokenizer()
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(f"the tokenizer of {engine.model_config.model} has no chat template; send a raw `prompt`")
-    messages = [message_dict(m) for m in request.messages]
-    template_kwargs = request.params.get("chat_template_kwargs") or {}
+    messages, extra = chat_messages(request, native_tools(tokenizer))
+    template_kwargs = {**(request.params.get("chat_template_kwargs") or {}), **extra}
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **template_kwargs)
     return {"prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
 

@@ -114,7 +114,9 @@ class ServedModelConfig(_Strict):
     max_n: Annotated[int, Field(ge=1)] = 8
     """Largest ``n`` (independent runs) one request may ask for."""
     tools: bool = False
-    """The graph takes the request's ``tools`` (as its ``tools`` input); otherwise a request with tools is a 400."""
+    """The request's ``tools`` are taken: as the graph's ``tools`` input when it declares one, and offered to its
+    output node when that is an agent (the client runs them: see the serving guide); otherwise a request with
+    tools is a 400."""
     context: Literal["fold", "refuse", "ignore"] = "fold"
     """A system message and earlier turns the graph has no input for (``system``, ``history``, ``messages``):
     folded into the problem as a short transcript, refused with a 400, or ignored."""

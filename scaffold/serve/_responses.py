@@ -32,8 +32,16 @@ def final_trace(result: RunResult) -> Trace | None:
 
 
 def finish_reason(trace: Trace) -> str:
+    if client_calls(trace):
+        return "tool_calls"
     reason = trace.metadata.get("finish_reason") if trace.metadata else None
-    return reason if reason in ("stop", "length", "content_filter", "tool_calls") else "stop"
+    return reason if reason in ("stop", "length", "content_filter") else "stop"
+
+
+def client_calls(trace: Trace) -> list[dict[str, Any]] | None:
+    """The client's tools an agent's turn called, in OpenAI's format (the run waits for their answers)."""
+    calls = trace.metadata.get("client_tool_calls") if trace.metadata else None
+    return list(calls) if calls else None
 
 
 def accounting(results: Sequence[RunResult]) -> tuple[dict[str, int], dict[str, Any]]:
@@ -74,7 +82,8 @@ def body(chat: bool, model: str, results: Sequence[RunResult], traces: Sequence[
     return {
         "id": wire.response_id(chat, results[0].run_id), "object": wire.object_name(chat),
         "created": int(time.time()), "model": model, "system_fingerprint": None,
-        "choices": [wire.choice(chat, i, trace.text, finish_reason(trace)) for i, trace in enumerate(traces)],
+        "choices": [wire.choice(chat, i, trace.text, finish_reason(trace),
+                                tool_calls=client_calls(trace) if chat else None) for i, trace in enumerate(traces)],
         "usage": usage, "scaffold": extension,
     }
 
@@ -88,11 +97,12 @@ def completion_body(model: str, results: Sequence[RunResult], traces: Sequence[T
 
 
 def chunk(chat: bool, response_id: str, model: str, created: int, choice: int | None, *, content: str | None = None,
-          role: bool = False, reasoning: str | None = None, finish: str | None = None) -> dict[str, Any]:
+          role: bool = False, reasoning: str | None = None, finish: str | None = None,
+          tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One streamed chunk (``choice=None``: the usage chunk, with no choices)."""
     base: dict[str, Any] = {"id": response_id, "object": wire.object_name(chat, chunk=True), "created": created,
                             "model": model, "system_fingerprint": None}
     if choice is None:
         return {**base, "choices": []}
     return {**base, "choices": [wire.chunk_choice(chat, choice, content=content, role=role, reasoning=reasoning,
-                                                  finish=finish)]}
+                                                  finish=finish, tool_calls=tool_calls)]}

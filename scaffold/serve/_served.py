@@ -24,6 +24,7 @@ from scaffold._errors import (
     InputError,
     MissingDependencyError,
     ModelSpecError,
+    ResumeError,
     StoreError,
 )
 from scaffold._values import INT64, check_value
@@ -63,6 +64,12 @@ class Plan:
     progress: str | None
     """``"reasoning"``, ``"comments"`` or ``None``."""
     run_ids: list[str] = field(default_factory=list)
+    client_tools: list[dict[str, Any]] = field(default_factory=list)
+    """The request's tools, offered to the graph's output agent (the client runs them)."""
+    continuation: list[tuple[Any, ...]] = field(default_factory=list)
+    """The agent's turns the client sent back: its tool calls and the client's answers."""
+    resume: bool = False
+    """The run ids name earlier runs of this conversation (a client's answer to its tools): resume them."""
 
     def new_budget(self) -> Budget | None:
         """A fresh :class:`~scaffold.Budget` shared by this request's runs, or ``None``."""
@@ -89,9 +96,13 @@ class ServedGraph:
         if unknown or "problem" not in self.graph.inputs:
             raise ConfigError(f"served model {name!r}: the graph's inputs must be `problem` and any of "
                               f"{', '.join(REQUEST_INPUTS[1:])}; it takes {', '.join(self.graph.inputs)}")
-        if config.tools and "tools" not in self.graph.inputs:
-            raise ConfigError(f"served model {name!r}: `tools = true` needs a graph with a `tools` input")
-        from scaffold._nodes import Node
+        from scaffold._nodes import AgentNode, Node
+
+        self.agent = self.graph.output if isinstance(self.graph.output, AgentNode) else None
+        """The graph's output node when it is an agent: a request's tools are offered to it."""
+        if config.tools and "tools" not in self.graph.inputs and self.agent is None:
+            raise ConfigError(f"served model {name!r}: `tools = true` needs a graph with a `tools` input or an "
+                              f"agent as its output")
 
         if not isinstance(self.graph.output, Node):
             raise ConfigError(f"served model {name!r}: the graph must return one node (its text is the answer)")
@@ -216,7 +227,10 @@ class ServedGraph:
             raise ApiError(400, f"this request could make up to {calls} model calls; model {self.name!r} "
                                 f"allows {config.max_calls} per request (lower n or scaffold.params)",
                            param="scaffold.params" if options.params else "n")
-        inputs = self._inputs(graph, body)
+        inputs, continuation = self._inputs(graph, body)
+        client_tools = list(getattr(body, "tools", None) or []) if self.agent is not None else []
+        self._check_client_tools(client_tools)
+        run_ids, resume = self._run_ids(body.n, continuation)
         seed = options.seed if options.seed is not None else body.seed
         if seed is not None and seed + body.n - 1 > INT64[1]:
             raise ApiError(400, f"seed={seed}: with n={body.n} the runs' seeds (seed + i) pass 2**63 - 1",
@@ -225,9 +239,40 @@ class ServedGraph:
         mode = None if progress is False else ("comments" if progress == "comments" else "reasoning")
         return Plan(graph=graph, inputs=inputs, n=body.n, seed=seed, timeout=self._timeout(options.timeout),
                     budget=self._budget(options.budget), call_params=call_params, progress=mode,
-                    run_ids=[uuid.uuid4().hex[:16] for _ in range(body.n)])
+                    run_ids=run_ids, client_tools=client_tools, continuation=continuation, resume=resume)
 
-    def _inputs(self, graph: Graph, body: ChatRequest | CompletionRequest) -> dict[str, Any]:
+    def _check_client_tools(self, tools: list[dict[str, Any]]) -> None:
+        assert self.agent is not None or not tools
+        names = []
+        for i, spec in enumerate(tools):
+            function = spec.get("function") if spec.get("type") == "function" else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+                raise ApiError(400, f"tools[{i}] must be {{type: function, function: {{name, parameters}}}}",
+                               param=f"tools[{i}]")
+            names.append(function["name"])
+        ours = set(self.agent.tool_names()) if self.agent is not None else set()
+        clash = sorted(ours & set(names))
+        if clash or len(set(names)) != len(names):
+            why = f"the server's own tools are named {', '.join(clash)}" if clash else "two tools share a name"
+            raise ApiError(400, f"tools: {why}", param="tools")
+
+    def _run_ids(self, n: int, continuation: list[tuple[Any, ...]]) -> tuple[list[str], bool]:
+        """New run ids; or, for a client's answers to its tools, the run their call ids name (resumed)."""
+        from scaffold._agent import run_of_client_call
+
+        named = {run_of_client_call(str(m[2].get("tool_call_id", ""))) for m in continuation
+                 if m[0] == "tool" and len(m) > 2}
+        named.discard(None)
+        if len(named) > 1:
+            raise ApiError(400, "the tool messages answer calls of different conversations", param="messages")
+        if named:
+            if n != 1:
+                raise ApiError(400, "a conversation's tool answers continue one run: n must be 1", param="n")
+            return [str(named.pop())], self.store is not None
+        return [uuid.uuid4().hex[:16] for _ in range(n)], False
+
+    def _inputs(self, graph: Graph, body: ChatRequest | CompletionRequest) \
+            -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
         if isinstance(body, CompletionRequest):
             try:
                 problem = body.prompt_text()
@@ -241,6 +286,10 @@ class ServedGraph:
         except ValueError as exc:
             raise ApiError(400, str(exc), param="messages") from None
         last = max(i for i, (role, _) in enumerate(texts) if role == "user")
+        continuation: list[tuple[Any, ...]] = []
+        if self.agent is not None and last < len(texts) - 1:
+            continuation = _continuation(messages[last + 1:], texts[last + 1:])
+            texts = texts[: last + 1]
         problem = texts[last][1]
         if not problem.strip():
             raise ApiError(400, "the last user message is empty", param="messages")
@@ -270,7 +319,7 @@ class ServedGraph:
                 if history and "history" not in takes:
                     parts.append(history)
                 inputs["problem"] = "\n".join(parts) + f"\nuser: {problem}"
-        return inputs
+        return inputs, continuation
 
     def _timeout(self, asked: float | None) -> float | None:
         config = self.config
@@ -308,12 +357,50 @@ class ServedGraph:
             return await plan.graph.run(
                 plan.inputs, models=self.models, seed=seed, run_id=plan.run_ids[choice], timeout=plan.timeout,
                 subscribers=subscribers, raise_on_error=False, budget=budget, store=self.store, on_delta=on_delta,
-                call_params=plan.call_params or None, resume=False)
+                call_params=plan.call_params or None, resume=plan.resume, client_tools=plan.client_tools,
+                continuation=plan.continuation)
+        except ResumeError as exc:
+            raise ApiError(400, f"the conversation before the tool calls is not the one that made them: {exc}",
+                           param="messages") from None
         except (StoreError, InputError, GraphError) as exc:
             from scaffold._result import RunResult
 
             return RunResult(run_id=plan.run_ids[choice], graph=plan.graph.name, inputs=plan.inputs, seed=seed or 0,
                              status="error", output=None, error=exc, started_at=started, finished_at=time.time())
+
+
+def _continuation(messages: Sequence[ChatMessage], texts: Sequence[tuple[str, str]]) -> list[tuple[Any, ...]]:
+    """The messages after the last user one, as an agent's continuation: assistant turns that called tools, each
+    followed by a ``tool`` message per call (a 400 for anything else)."""
+    from scaffold._messages import message_from_dict
+
+    out: list[tuple[Any, ...]] = []
+    pending: set[str] = set()
+    for i, (message, (role, text)) in enumerate(zip(messages, texts)):
+        where = f"messages[-{len(messages) - i}]"
+        if role == "assistant" and message.tool_calls:
+            if pending:
+                raise ApiError(400, f"{where}: the tool calls before it are not all answered ({', '.join(pending)})",
+                               param="messages")
+            data = {"role": "assistant", "tool_calls": message.tool_calls}
+            made = message_from_dict(data, text)
+            pending = {str(call.get("id")) for call in message.tool_calls if isinstance(call, dict)}
+            if len(pending) != len(message.tool_calls):
+                raise ApiError(400, f"{where}: every tool call needs an id", param="messages")
+            out.append(made)
+        elif role == "tool":
+            call_id = message.tool_call_id or ""
+            if call_id not in pending:
+                raise ApiError(400, f"{where}: a tool message answers no pending call ({call_id!r})", param="messages")
+            pending.discard(call_id)
+            out.append(message_from_dict({"role": "tool", "tool_call_id": call_id}, text))
+        else:
+            raise ApiError(400, f"{where}: after the last user message an agent takes only its tool calls and their "
+                                f"answers, not a {role!r} message", param="messages")
+    if pending:
+        raise ApiError(400, f"the last tool calls are not all answered ({', '.join(sorted(pending))})",
+                       param="messages")
+    return out
 
 
 def bind_served(name: str, config: ServedModelConfig, shared: Mapping[str, Model], made: dict[str, Any], *,

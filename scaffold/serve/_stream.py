@@ -25,7 +25,7 @@ from scaffold._events import TraceFinished
 from scaffold._openai_wire import DONE, sse
 from scaffold._types import Status, TraceKind
 from scaffold.serve._errors import ApiError, from_run_error
-from scaffold.serve._responses import accounting, chunk, final_trace, finish_reason
+from scaffold.serve._responses import accounting, chunk, client_calls, final_trace, finish_reason
 
 if TYPE_CHECKING:
     from scaffold._events import Subscriber
@@ -106,7 +106,8 @@ async def stream_runs(served: ServedGraph, plan: Plan, emit: Emit, *, chat: bool
     model, created = served.name, int(time.time())
     response_id = wire.response_id(chat, plan.run_ids[0])
     choice_of = {run_id: i for i, run_id in enumerate(plan.run_ids)}
-    streamed_node = plan.graph.streamed_node
+    # an agent's turns stream under one trace id: only its last turn's text is the answer, sent when it ends
+    streamed_node = plan.graph.streamed_node if served.agent is None else None
     streamed: set[int] = set()
     sent_first = False
 
@@ -141,8 +142,12 @@ async def stream_runs(served: ServedGraph, plan: Plan, emit: Emit, *, chat: bool
         trace = final_trace(result)
         if trace is None:
             raise _RunFailed(result)
-        if choice not in streamed:
+        calls = client_calls(trace) if chat else None
+        if choice not in streamed and (trace.text or not calls):
             content(choice, trace.text)
+        if calls:
+            pieces = [{"index": i, **call} for i, call in enumerate(calls)]
+            emit(sse(chunk(chat, response_id, model, created, choice, tool_calls=pieces)))
         emit(sse(chunk(chat, response_id, model, created, choice, finish=finish_reason(trace))))
 
     if not await _all_or_error([one(i) for i in range(plan.n)], emit):

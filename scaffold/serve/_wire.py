@@ -97,6 +97,10 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    """The tools an assistant turn called (sent back by a client that ran them)."""
+    tool_call_id: str | None = None
+    """The call a ``tool`` message answers."""
 
     def text(self) -> str:
         """The content as text; a part that is not text (an image, audio) is refused."""

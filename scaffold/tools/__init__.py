@@ -12,6 +12,7 @@ Examples:
 
 from scaffold.tools._calculator import CalculatorError, calculator, evaluate
 from scaffold.tools._mcp import MCPServer, MCPTool
+from scaffold.tools._named import named_tools
 from scaffold.tools._python import PythonExecutor, network_isolated, python_executor
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "network_isolated",
     "MCPServer",
     "MCPTool",
+    "named_tools",
 ]
