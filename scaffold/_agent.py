@@ -89,19 +89,20 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
                 return
             ours = [(j, call) for j, call in enumerate(calls) if call.name not in client_names]
             theirs = [(j, call) for j, call in enumerate(calls) if call.name in client_names]
+            answers = given[turn][1] if turn < len(given) else {}
+            served = {j: client_call_id(run.run_id, index, turn, j) for j, _ in theirs}
+            waiting = [dataclasses.replace(call, id=served[j]).as_dict() for j, call in theirs
+                       if served[j] not in answers and call.id not in answers]
+            if not waiting:  # recorded before its tool calls, which read it
+                run.record(trace)
             results = dict(zip([j for j, _ in ours], await _tool_calls(run, node, tools, ours, trace.id)))
-            if theirs:
-                answers = given[turn][1] if turn < len(given) else {}
-                served = {j: client_call_id(run.run_id, index, turn, j) for j, _ in theirs}
-                if any(served[j] not in answers and call.id not in answers for j, call in theirs):
-                    waiting = [dataclasses.replace(call, id=served[j]).as_dict() for j, call in theirs]
-                    metadata = {**trace.metadata, "client_tool_calls": waiting}
-                    run.finish(out, dataclasses.replace(trace, metadata=metadata))
-                    return
-                for j, call in theirs:
-                    text = answers.get(served[j], answers.get(call.id, ""))
-                    results[j] = _client_result(run, node, trace.id, j, call, text)
-            run.record(trace)
+            if waiting:  # the client runs its tools: the run ends here, its output this turn
+                asked = [dataclasses.replace(call, id=served[j]).as_dict() for j, call in theirs]
+                run.finish(out, dataclasses.replace(trace, metadata={**trace.metadata, "client_tool_calls": asked}))
+                return
+            for j, call in theirs:
+                answer = answers.get(served[j], answers.get(call.id, ""))
+                results[j] = _client_result(run, node, trace.id, j, call, answer)
             messages.append(assistant_message(trace.text, calls))
             lineage.append(trace.id)
             for j, call in enumerate(calls):

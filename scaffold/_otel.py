@@ -2,7 +2,10 @@
 
 One span per run (``run {graph}``, kind INTERNAL) and, inside it, one span per call (kind CLIENT,
 ``{operation} {model}``, timed by the call's own start and latency) and per rule aggregation
-(``rule {node}``). Model calls carry the GenAI semantic-convention attributes (``gen_ai.operation.name``,
+(``rule {node}``), and one per tool call an agent made (``execute_tool {tool}``, kind INTERNAL, with
+``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id`` and
+``gen_ai.tool.type``; its arguments and result as ``gen_ai.tool.call.arguments`` / ``.result`` only
+with ``capture_content``). Model calls carry the GenAI semantic-convention attributes (``gen_ai.operation.name``,
 ``gen_ai.provider.name``, ``gen_ai.request.model``, ``gen_ai.request.temperature`` / ``top_p`` /
 ``max_tokens`` / ``seed``, ``gen_ai.usage.input_tokens`` / ``output_tokens``,
 ``gen_ai.response.finish_reasons``); every span carries ``scaffold.*`` attributes (run and trace ids,
@@ -204,6 +207,8 @@ class _RunSpans:
         if trace.kind is TraceKind.MODEL:
             name, kind = f"{attributes['gen_ai.operation.name']} {attributes.get('gen_ai.request.model', '')}", \
                 SpanKind.CLIENT
+        elif trace.kind is TraceKind.TOOL:
+            name, kind = f"execute_tool {attributes['gen_ai.tool.name']}", SpanKind.INTERNAL
         else:
             name, kind = f"{trace.kind.value} {trace.node}", SpanKind.INTERNAL
         start = trace.started_at or None
@@ -240,6 +245,8 @@ class _RunSpans:
             out["scaffold.reward"] = reward
         if trace.error:
             out["error.type"] = trace.error.split(":", 1)[0]
+        if trace.kind is TraceKind.TOOL:
+            return self._tool_attributes(trace, out)
         if trace.kind is not TraceKind.MODEL:
             return out
         bound = self.models.get(trace.model or "", {}) or {}
@@ -267,8 +274,27 @@ class _RunSpans:
                             if request.prompt is not None else
                             [{"role": m[0], "parts": [{"type": "text", "content": m[1]}]} for m in request.messages])
                 out["gen_ai.input.messages"] = json.dumps(messages)
-                out["gen_ai.output.messages"] = json.dumps(
-                    [{"role": "assistant", "parts": [{"type": "text", "content": trace.text}]}])
+                parts: list[dict[str, Any]] = [{"type": "text", "content": trace.text}]
+                for call in (trace.metadata.get("tool_calls") or ()) if trace.metadata else ():
+                    function = call.get("function") or {}
+                    parts.append({"type": "tool_call", "id": call.get("id"), "name": function.get("name"),
+                                  "arguments": function.get("arguments")})
+                out["gen_ai.output.messages"] = json.dumps([{"role": "assistant", "parts": parts}])
+        return out
+
+    def _tool_attributes(self, trace: Trace, out: dict[str, Any]) -> dict[str, Any]:
+        """A tool call's GenAI attributes: ``execute_tool``, the tool's name and call id; its arguments and result
+        only with ``capture_content`` (they may hold personal data)."""
+        metadata = trace.metadata or {}
+        out.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": str(metadata.get("tool", "")),
+                    "gen_ai.tool.type": "function", "scaffold.latency_s": trace.latency})
+        if metadata.get("call_id"):
+            out["gen_ai.tool.call.id"] = str(metadata["call_id"])
+        if metadata.get("client"):
+            out["scaffold.tool.client"] = True
+        if self.exporter.capture_content:
+            out["gen_ai.tool.call.arguments"] = str(metadata.get("arguments", ""))
+            out["gen_ai.tool.call.result"] = trace.text
         return out
 
 

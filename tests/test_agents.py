@@ -245,7 +245,7 @@ def test_a_run_budget_refuses_an_agents_turn_before_it_is_sent():
     with pytest.raises(sf.BudgetExceeded, match="token budget: 500 spent"):
         one_agent([add], params={"max_tokens": 10}).run_sync(
             {"problem": "p"}, models={"m": backend}, store=None, budget=sf.Budget(max_tokens=550))
-    assert backend.calls == 1  # the first turn used 500 tokens; the second (its estimate: 60 or more) could pass 550: never sent
+    assert backend.calls == 1  # turn 1 used 500 tokens; turn 2 (its estimate: 60 or more) could pass 550: not sent
 
 
 # -- every bad input: a typed error, recorded, shown to the model --------------------------------------------

@@ -79,8 +79,8 @@ def test_native_tool_calls_round_trip_over_http(upstream, backend, stream):
 def test_the_text_protocol_reaches_a_real_model_in_transformers(tiny_model_dir):
     """A tiny random model cannot call tools, but its prompt is the protocol's: the tools' instructions in a system
     message, rendered by the model's own chat template; what it writes is parsed for calls."""
-    from scaffold.backends._transformers import encode_prompt
     from scaffold.backends._tool_text import INSTRUCTIONS
+    from scaffold.backends._transformers import encode_prompt
 
     backend = sf.TransformersBackend(str(tiny_model_dir), max_new_tokens=8)
     result = adder.run_sync({"problem": "add 2 and 3"}, models={"m": backend}, store=None, seed=1)

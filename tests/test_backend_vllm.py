@@ -377,7 +377,7 @@ def test_module_imports_without_vllm_and_names_the_extra() -> None:
 def server(model_dir: Path) -> Iterator[VLLMServer]:
     """One vLLM server on the tiny model for the module; every process it started is gone after ``stop``."""
     import psutil
-    running = VLLMServer(model_dir, model_name="tiny").start()
+    running = VLLMServer(model_dir, model_name="tiny", tool_call_parser="hermes").start()
     assert running.process is not None
     group = [running.process.pid] + [p.pid for p in psutil.Process(running.process.pid).children(recursive=True)]
     yield running
@@ -393,6 +393,41 @@ def _alive(psutil: Any, pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.mark.slow
+def test_an_agent_talks_to_the_vllm_server_with_its_tool_call_parser(server: VLLMServer) -> None:
+    """The server runs with ``--tool-call-parser hermes``: it takes an agent's tools and a conversation that holds
+    an earlier tool call and its answer (rendered by the model's chat template), and answers in OpenAI's shape. The
+    tiny random model writes no ``<tool_call>``, so the agent ends after one turn."""
+    import scaffold as sf
+
+    @sf.tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    backend = sf.OpenAIBackend("tiny", base_url=server.base_url)
+    request = sf.Request(
+        messages=(("user", QUESTION), sf.assistant_message("", [sf.ToolCall("call_1", "add", '{"a": 1, "b": 2}')]),
+                  sf.tool_message("call_1", "add", "3")),
+        tools=(add.spec(),), params={"max_tokens": 8}, seed=1)
+    completion = asyncio.run(backend.complete(request))[0]
+    assert completion.usage.completion_tokens > 0 and completion.tool_calls == ()
+    assert completion.finish_reason in ("stop", "length")
+
+    @sf.graph
+    def agent(problem):
+        return sf.agent("{problem}", model="m", tools=[add], params={"max_tokens": 8})
+
+    result = agent.run_sync({"problem": QUESTION}, models={"m": backend}, store=None, seed=2)
+    assert result.ok and [t.id.split("/")[1] for t in result.traces] == ["agent#0"]
+    assert result.output.request.tools == (add.spec(),)
+
+
+def test_the_tool_call_parser_turns_on_vllms_tool_calling() -> None:
+    command = VLLMServer("/models/qwen", tool_call_parser="hermes", fast_start=False, port=8000).command()
+    assert command[-3:] == ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 
 
 @pytest.mark.slow

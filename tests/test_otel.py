@@ -141,3 +141,44 @@ def test_the_provider_a_span_reports_is_what_the_backend_declares() -> None:
         found[type(backend).__name__] = {s["attributes"]["gen_ai.provider.name"] for s in receiver.spans
                                          if s["kind"] == 3}
     assert found == {"AcmeBackend": {"acme"}, "EchoBackend": {"echo"}}
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_an_agents_tool_calls_arrive_as_execute_tool_spans(capture: bool) -> None:
+    """Each tool call an agent makes is an INTERNAL ``execute_tool {name}`` span with the GenAI tool attributes,
+    linked to the turn that asked for it; its arguments and result only when content is captured."""
+
+    @sf.tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    def script(request: sf.Request) -> sf.Completion:
+        results = [m[1] for m in request.messages if m[0] == "tool"]
+        if results:
+            return sf.Completion(text=rf"\boxed{{{results[0]}}}")
+        return sf.Completion(text="", tool_calls=(sf.ToolCall("call_7", "add", '{"a": 2, "b": 5}'),))
+
+    @sf.graph
+    def solve(problem):
+        return sf.agent("{problem}", model="m", tools=[add])
+
+    with OTLPReceiver() as receiver:
+        exporter = sf.otel_exporter(receiver.url, capture_content=capture)
+        result = solve.run_sync({"problem": "2+5"}, models={"m": ScriptedBackend(script)}, store=None,
+                                subscribers=[exporter])
+        exporter.close()
+    tools = [s for s in receiver.spans if s["name"] == "execute_tool add"]
+    assert len(tools) == 1 and tools[0]["kind"] == 1  # SPAN_KIND_INTERNAL
+    attributes = tools[0]["attributes"]
+    assert attributes["gen_ai.operation.name"] == "execute_tool" and attributes["gen_ai.tool.name"] == "add"
+    assert attributes["gen_ai.tool.call.id"] == "call_7" and attributes["gen_ai.tool.type"] == "function"
+    turn = next(s for s in receiver.spans if s["attributes"].get("scaffold.trace_id") == f"{result.run_id}/agent#0.0")
+    assert [link["scaffold.input_id"] for _, link in tools[0]["links"]] == [f"{result.run_id}/agent#0.0"]
+    assert tools[0]["links"][0][0] == turn["span_id"]
+    if capture:
+        assert attributes["gen_ai.tool.call.arguments"] == '{"a": 2, "b": 5}'
+        assert attributes["gen_ai.tool.call.result"] == "7"
+        assert '"type": "tool_call"' in turn["attributes"]["gen_ai.output.messages"]
+    else:
+        assert "gen_ai.tool.call.arguments" not in attributes and "gen_ai.tool.call.result" not in attributes

@@ -123,3 +123,44 @@ def test_two_evaluations_compare_problem_by_problem(site: tuple[ServeThread, Sam
     browser.find_element("css selector", "[data-only-differing]").click()
     assert len(browser.find_elements("css selector", "#compare tbody tr")) == 12
     assert console_errors(browser) == []
+
+
+def test_an_agents_turns_and_tool_calls_are_drawn_in_the_runs_dag(browser: Any, tmp_path: Path) -> None:
+    """An agent's turns, its tool calls and its answer each have a column; every trace and lineage edge is drawn,
+    and a clicked tool call shows its result."""
+    from scaffold.testing import ScriptedBackend
+
+    @sf.tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    def script(request: sf.Request) -> sf.Completion:
+        results = [m[1] for m in request.messages if m[0] == "tool"]
+        if len(results) == 2:
+            return sf.Completion(text=rf"\boxed{{{results[-1]}}}")
+        call = sf.ToolCall(f"c{len(results)}", "add", json.dumps({"a": len(results), "b": 40}))
+        return sf.Completion(text="", tool_calls=(call,))
+
+    @sf.graph
+    def solve(problem):
+        return sf.vote(sf.agent("{problem}", model="m", tools=[add], n=2))
+
+    path = tmp_path / "agents.db"
+    with sf.Store(path) as store:
+        solve.run_sync({"problem": "p"}, models={"m": ScriptedBackend(script)}, store=store, run_id="agent-run")
+        traces = store.traces("agent-run")
+    assert len([t for t in traces if t.kind is sf.TraceKind.TOOL]) == 4
+    with ServeThread(create_ui_app(path)) as server:
+        console_errors(browser)
+        open_page(browser, server.url + "/#/run/agent-run")
+        labels = [el.text for el in browser.find_elements("css selector", "text.node-label")]
+        assert labels == ["agent · turns (4)", "agent · tool calls (4)", "agent (2)", "vote (1)"]
+        drawn = {el.get_attribute("data-trace") for el in browser.find_elements("css selector", "g.trace")}
+        assert drawn == {t.id for t in traces}
+        edges = {el.get_attribute("data-edge") for el in browser.find_elements("css selector", "path.edge")}
+        assert edges == {f"{source}->{t.id}" for t in traces for source in t.inputs}
+        tool = next(t for t in traces if t.id == "agent-run/agent#1.1.0")
+        browser.find_element("css selector", f'g.trace[data-trace="{tool.id}"]').click()
+        assert browser.find_element("css selector", "#details pre[data-text]").text == "41"
+        assert console_errors(browser) == []

@@ -57,6 +57,7 @@ class VLLMServer:
     the name the server answers to. ``port`` defaults to a free one. ``max_model_len`` and
     ``dtype`` become ``--max-model-len`` and ``--dtype``; ``extra_args`` are appended to the
     command line (``("--enable-lora", "--max-lora-rank", "16")``), ``env`` to the environment.
+    ``tool_call_parser`` turns on vLLM's own tool calling with that parser (``"hermes"`` for Qwen2.5).
     ``fast_start`` (default: on vLLM's CPU build) adds :data:`FAST_START_ARGS` and
     :data:`FAST_START_ENV` (``--max-model-len 512`` among them); any flag or variable given
     explicitly wins. The server's output goes to ``log_path`` (default: a new temporary file).
@@ -82,6 +83,7 @@ class VLLMServer:
         log_path: str | os.PathLike[str] | None = None,
         startup_timeout: float = 300.0,
         python: str = sys.executable,
+        tool_call_parser: str | None = None,
     ) -> None:
         self.model = os.fspath(model)
         self.model_name = model_name or Path(self.model).name or self.model
@@ -98,6 +100,9 @@ class VLLMServer:
         """Where the server's stdout and stderr go (set at :meth:`start` when none was given)."""
         self.startup_timeout = startup_timeout
         self.python = python
+        self.tool_call_parser = tool_call_parser
+        """vLLM's parser of the model's tool calls (``"hermes"`` for Qwen2.5 and Hermes models, ``"llama3_json"``,
+        ``"mistral"``...): the server then answers requests with ``tools`` with OpenAI's ``tool_calls``."""
         self.process: subprocess.Popen[bytes] | None = None
         """The server process while it runs."""
         self._finalizer: weakref.finalize | None = None
@@ -127,6 +132,8 @@ class VLLMServer:
             args += ["--max-model-len", str(self.max_model_len)]
         if self.dtype is not None:
             args += ["--dtype", self.dtype]
+        if self.tool_call_parser is not None:
+            args += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         args += self.extra_args
         if self.fast_start:
             given = {arg.split("=")[0] for arg in args}

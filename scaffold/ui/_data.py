@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scaffold._answers import equivalent
-from scaffold._types import Trace
+from scaffold._types import Trace, TraceKind
 from scaffold.store._query import RunInfo, Totals
 from scaffold.store._store import Store
 
@@ -98,11 +98,37 @@ def node_order(traces: Sequence[Trace]) -> list[dict[str, Any]]:
     nodes: dict[str, dict[str, Any]] = {}
     for position, trace in enumerate(traces):
         level = of(trace.id)
-        entry = nodes.setdefault(trace.node, {"name": trace.node, "kind": trace.kind.value, "traces": 0,
-                                              "level": level, "first": position})
+        column = column_of(trace)
+        entry = nodes.setdefault(column, {"name": column, "kind": trace.kind.value, "traces": 0,
+                                          "level": level, "first": position})
         entry["traces"] += 1
         entry["level"] = max(entry["level"], level)
     return sorted(nodes.values(), key=lambda n: (n["level"], n["first"]))
+
+
+def column_of(trace: Trace) -> str:
+    """The DAG column a trace is drawn in: its node's, except an agent's turns that called tools
+    (``{node} · turns``) and its tool calls (``{node} · tool calls``), each beside the agent's answers.
+
+    Examples:
+        >>> column_of(Trace(id="r/a#0.1.0", run_id="r", node="a", index=0, kind=TraceKind.TOOL))
+        'a · tool calls'
+    """
+    if trace.kind is TraceKind.TOOL:
+        return f"{trace.node} · tool calls"
+    if trace.kind is TraceKind.MODEL and "." in trace.id.rsplit("#", 1)[-1]:
+        return f"{trace.node} · turns"
+    return trace.node
+
+
+def _label(trace: Trace) -> str | None:
+    """What a trace's box says instead of its answer: a tool call's tool, an agent turn's number."""
+    metadata = trace.metadata or {}
+    if trace.kind is TraceKind.TOOL:
+        return f"{metadata.get('tool', 'tool')}()"
+    if trace.kind is TraceKind.MODEL and "." in trace.id.rsplit("#", 1)[-1]:
+        return f"turn {metadata.get('turn', '?')}"
+    return None
 
 
 def evaluations_view(store: Store, names: Sequence[str] | None = None) -> dict[str, Any]:
@@ -165,12 +191,14 @@ def _trace(trace: Trace, reward: float | None, correct: Callable[[str | None], b
     if request is not None:
         prompt = request.prompt if request.prompt is not None else [[m[0], m[1]] for m in request.messages]
     return {
-        "id": trace.id, "node": trace.node, "index": trace.index, "kind": trace.kind.value, "model": trace.model,
+        "id": trace.id, "node": trace.node, "column": column_of(trace), "label": _label(trace),
+        "index": trace.index, "kind": trace.kind.value, "model": trace.model,
         "status": trace.status.value, "error": trace.error, "attempt": trace.attempt, "text": trace.text,
         "answer": trace.answer, "prompt": prompt, "inputs": list(trace.inputs),
         "prompt_tokens": trace.usage.prompt_tokens, "completion_tokens": trace.usage.completion_tokens,
         "cost": trace.cost, "latency": round(trace.latency, 4), "started_at": trace.started_at,
-        "reward": reward, "correct": correct(trace.answer) if trace.kind.value != "input" else None,
+        "reward": reward,
+        "correct": correct(trace.answer) if trace.kind is not TraceKind.TOOL else None,
         "metadata": _jsonable(dict(trace.metadata)),
     }
 

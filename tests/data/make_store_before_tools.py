@@ -2,6 +2,7 @@
 import scaffold as sf
 from scaffold.testing import ScriptedBackend
 
+
 @sf.graph
 def solve_and_merge(problem):
     drafts = sf.sample("Solve: {problem}", model="solver", n=3)
@@ -14,7 +15,8 @@ def judge(request):
     raise sf.BackendError("judge unavailable")
 
 store = sf.Store("tests/data/store_before_tools.db")
-result = solve_and_merge.run_sync({"problem": "2+2"}, models={"solver": ScriptedBackend(solver), "judge": ScriptedBackend(judge)},
-                                  seed=7, run_id="before-tools", store=store, raise_on_error=False)
+models = {"solver": ScriptedBackend(solver), "judge": ScriptedBackend(judge)}
+result = solve_and_merge.run_sync({"problem": "2+2"}, models=models, seed=7, run_id="before-tools", store=store,
+                                  raise_on_error=False)
 print(result.error)
 store.close()

@@ -155,7 +155,7 @@ async function showRun(runId) {
   }
   function draw() {
     const columns = view.nodes.map((node, i) => ({node, x: LEFT + i * COL,
-      traces: view.traces.filter((t) => t.node === node.name).sort((a, b) => a.index - b.index)}));
+      traces: view.traces.filter((t) => (t.column ?? t.node) === node.name).sort((a, b) => a.index - b.index)}));
     const where = new Map();
     let height = TOP;
     for (const col of columns) {
@@ -195,7 +195,7 @@ async function showRun(runId) {
         const p = where.get(t.id);
         const classes = ["trace", t.status !== "ok" ? (t.status === "cancelled" ? "cancelled" : "failed") : "",
                          state.selected === t.id ? "selected" : ""].join(" ");
-        const label = `#${t.index} ${t.answer ?? (t.status !== "ok" ? t.status : "–")}`.slice(0, 15) + (t.attempt > 1 ? " ↻" : "");
+        const label = `#${t.index} ${t.label ?? t.answer ?? (t.status !== "ok" ? t.status : "–")}`.slice(0, 15) + (t.attempt > 1 ? " ↻" : "");
         svg.append(s("g", {class: classes, "data-trace": t.id, "data-status": t.status, onclick: () => select(t.id)},
           s("title", {}, `${t.id}\nanswer: ${t.answer ?? "–"}\nreward: ${t.reward ?? "–"}`),
           s("rect", {x: p.x, y: p.y, width: BOX_W, height: BOX_H, rx: 4, fill: fill(t)}),
@@ -224,7 +224,7 @@ async function showRun(runId) {
         ["tokens", `${fmt.int(t.prompt_tokens)} in, ${fmt.int(t.completion_tokens)} out`], ["cost", fmt.cost(t.cost)],
         ["latency", fmt.secs(t.latency)], ["attempts", t.attempt]].map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v)))))),
       t.inputs.length ? h("div", {}, h("h2", {}, `read ${t.inputs.length} trace(s)`),
-        h("ul", {}, t.inputs.map((i) => h("li", {}, h("a", {href: "#", "data-input": i, onclick: (e) => { e.preventDefault(); state.expanded.add(byId.get(i)?.node); draw(); select(i); }}, i))))) : null,
+        h("ul", {}, t.inputs.map((i) => h("li", {}, h("a", {href: "#", "data-input": i, onclick: (e) => { e.preventDefault(); state.expanded.add(byId.get(i)?.column ?? byId.get(i)?.node); draw(); select(i); }}, i))))) : null,
       h("h2", {}, "text"), h("pre", {"data-text": "1"}, t.text || ""),
       prompt ? h("details", {}, h("summary", {}, "prompt"), h("pre", {}, prompt)) : null);
   }
