@@ -26,6 +26,8 @@ PACKAGES = {
     "cluster": ("scaffold.cluster", "Scale-out on Ray: clusters and replicated local engines."),
     "testing": ("scaffold.testing", "Test doubles that ship with the package: scripted backends, a real test "
                                     "server, faults, virtual time."),
+    "tools": ("scaffold.tools", "Ready tools for agents: a calculator, a sandboxed Python executor, MCP servers' "
+                                "tools, and tools by name."),
     "catalogue": ("scaffold.catalogue", "Topologies by name and models by spec, shared by the command line and "
                                         "the server."),
     "pocket": ("scaffold.pocket", "The pocket model: a tiny local reasoning model trained on the CPU."),
@@ -43,7 +45,8 @@ SECTIONS = {
     "_selectors": "Subset selectors", "_answers": "Answers", "_data": "Datasets", "_budget": "Budgets",
     "_limits": "Limits and time", "_clock": "Limits and time", "_throttle": "Limits and time",
     "_types": "Traces, requests and completions", "_result": "Traces, requests and completions",
-    "_events": "Events", "_otel": "OpenTelemetry", "_errors": "Errors",
+    "_events": "Events", "_otel": "OpenTelemetry", "_errors": "Errors", "_tools": "Agents and tools",
+    "_messages": "Traces, requests and completions",
 }
 """For the big ``scaffold`` page: the defining module's last part -> its section (backends and store have their own)."""
 

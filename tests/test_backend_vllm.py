@@ -412,7 +412,13 @@ def test_an_agent_talks_to_the_vllm_server_with_its_tool_call_parser(server: VLL
         messages=(("user", QUESTION), sf.assistant_message("", [sf.ToolCall("call_1", "add", '{"a": 1, "b": 2}')]),
                   sf.tool_message("call_1", "add", "3")),
         tools=(add.spec(),), params={"max_tokens": 8}, seed=1)
-    completion = asyncio.run(backend.complete(request))[0]
+    async def complete() -> sf.Completion:
+        try:
+            return (await backend.complete(request))[0]
+        finally:
+            await backend.release_loop()
+
+    completion = asyncio.run(complete())
     assert completion.usage.completion_tokens > 0 and completion.tool_calls == ()
     assert completion.finish_reason in ("stop", "length")
 

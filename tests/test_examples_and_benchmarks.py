@@ -116,6 +116,24 @@ def test_serve_benchmark_ends_with_its_json_keys() -> None:
     assert figures["soak_runs_match"] and figures["soak_good_failed"] == 0 and figures["soak_bad_other"] == 0
 
 
+def test_agents_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/agents.py --quick prints one JSON line with the keys the agents issue names, each measured."""
+    out = run("benchmarks/agents.py", "--quick", "--turns", "3")
+    figures = last_json(out)
+    check_keys(figures, {
+        "bench": str, "turn_overhead_ratio": NUMBER, "turn_overhead_ms": NUMBER, "tool_dispatch_us": NUMBER,
+        "parallel_tools_speedup": NUMBER, "agent_turn_ms": NUMBER, "raw_turn_ms": NUMBER, "tool_call_us": NUMBER,
+        "parallel_tools_s": NUMBER, "sequential_tools_s": NUMBER, "turns": int, "conversations": int,
+        "targets": dict, "meets": dict, "meets_targets": bool})
+    assert figures["bench"] == "agents" and figures["turns"] == 3 and figures["conversations"] == 20
+    assert figures["turn_overhead_ratio"] == pytest.approx(figures["agent_turn_ms"] / figures["raw_turn_ms"],
+                                                           rel=1e-3)
+    assert figures["turn_overhead_ms"] == pytest.approx(figures["agent_turn_ms"] - figures["raw_turn_ms"], abs=1e-3)
+    assert figures["parallel_tools_speedup"] == pytest.approx(
+        figures["sequential_tools_s"] / figures["parallel_tools_s"], rel=1e-2)
+    assert figures["sequential_tools_s"] >= 0.4  # four calls of 100 ms, one after another: at least their sum
+
+
 @pytest.mark.slow
 def test_backends_benchmark_ends_with_its_json_keys() -> None:
     """benchmarks/backends.py --quick prints one JSON line with the keys the issue names; nothing lost or doubled.

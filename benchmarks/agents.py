@@ -1,0 +1,196 @@
+"""Agents benchmark: what the agent loop adds to each turn, what a tool call costs, and how parallel tool calls overlap.
+
+Protocol (every figure and its baseline measured in this run, on this machine):
+
+- **turn overhead.** The test server (``scaffold.testing.OpenAIServer``, zero latency, in a thread of this
+  process) plays a model that calls the tool ``lookup`` ``--turns - 1`` times, one call a turn, then answers.
+  The agent (``sf.agent`` over ``OpenAIBackend``, ``store=None``) and a hand-written loop over the raw
+  ``openai.AsyncOpenAI`` client (the messages built by hand, the same tool function called directly) run the
+  same conversation ``--conversations`` times each, in alternating rounds after a warm-up of each. Figures:
+  client wall time per turn for both; ``turn_overhead_ratio`` = agent / hand-written (target <= 1.2), and
+  ``turn_overhead_ms`` = their difference per turn.
+- **tool dispatch.** ``Tool.call`` on a trivial async tool (``{"x": 1}`` parsed, validated by its pydantic
+  model, the function awaited, the result made text), ``--dispatch-calls`` times, minus the same number of
+  direct awaits of the function: ``tool_dispatch_us`` per call (target <= 50).
+- **parallel tools.** One turn of a scripted model asks for 4 calls of a tool that sleeps 100 ms; the
+  agent's wall time for that turn's tools (its tool traces' span, from the first start to the last end)
+  against the same 4 calls made one after another: ``parallel_tools_speedup`` (target >= 3.5).
+
+The last line is one JSON object: ``bench``, ``turn_overhead_ratio``, ``turn_overhead_ms``,
+``tool_dispatch_us``, ``parallel_tools_speedup``, with the figures beside them and ``targets``/``meets``.
+
+Usage: python benchmarks/agents.py [--quick] [--turns 4] [--conversations 200] [--dispatch-calls 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+import scaffold as sf
+from scaffold.testing import OpenAIServer, ScriptedBackend
+
+TARGETS = {"turn_overhead_ratio": 1.2, "tool_dispatch_us": 50.0, "parallel_tools_speedup": 3.5}
+
+
+async def lookup(key: str) -> str:
+    """Look a key up (instant)."""
+    return key.upper()
+
+
+LOOKUP = sf.tool(lookup)
+
+
+def conversation(turns: int):
+    """The server's model: a tool call a turn until ``turns - 1`` results are in, then an answer."""
+
+    def policy(request: Any) -> Any:
+        done = sum(1 for m in request.messages if m[0] == "tool")
+        if done >= turns - 1:
+            return r"\boxed{done}"
+        return sf.Completion(text="", tool_calls=(sf.ToolCall(f"call_{done}", "lookup", json.dumps({"key": f"k{done}"})),))
+
+    return policy
+
+
+async def agent_conversations(graph: sf.Graph, backend: sf.OpenAIBackend, count: int) -> float:
+    started = time.perf_counter()
+    for i in range(count):
+        result = await graph.run({"problem": f"question {i}"}, models={"m": backend}, store=None, seed=i)
+        assert result.answer == "done", result.error
+    return time.perf_counter() - started
+
+
+async def raw_conversations(client: Any, count: int) -> float:
+    """The hand-written loop: what a user writes with the openai SDK alone."""
+    tools = [LOOKUP.spec()]
+    started = time.perf_counter()
+    for i in range(count):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"question {i}"}]
+        while True:
+            reply = await client.chat.completions.create(model="m", messages=messages, tools=tools, seed=i)
+            message = reply.choices[0].message
+            if not message.tool_calls:
+                assert "done" in (message.content or "")
+                break
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls:
+                result = await lookup(**json.loads(call.function.arguments))
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    return time.perf_counter() - started
+
+
+async def turn_overhead(turns: int, conversations: int, rounds: int) -> dict[str, float]:
+    import openai
+
+    @sf.graph
+    def agent(problem):
+        return sf.agent("{problem}", model="m", tools=[LOOKUP], max_turns=turns)
+
+    graph = agent.build()
+    with OpenAIServer(policy=conversation(turns)) as server:
+        backend = sf.OpenAIBackend("m", base_url=server.base_url)
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        await agent_conversations(graph, backend, max(2, conversations // 10))  # warm-up, both
+        await raw_conversations(client, max(2, conversations // 10))
+        ours, theirs = [], []
+        per_round = max(1, conversations // rounds)
+        for _ in range(rounds):
+            ours.append(await agent_conversations(graph, backend, per_round) / (per_round * turns))
+            theirs.append(await raw_conversations(client, per_round) / (per_round * turns))
+        await client.close()
+        await backend.release_loop()
+    agent_turn, raw_turn = statistics.median(ours), statistics.median(theirs)
+    return {"agent_turn_ms": agent_turn * 1e3, "raw_turn_ms": raw_turn * 1e3,
+            "turn_overhead_ratio": agent_turn / raw_turn, "turn_overhead_ms": (agent_turn - raw_turn) * 1e3}
+
+
+async def tool_dispatch(calls: int) -> dict[str, float]:
+    @sf.tool
+    async def echo(x: int) -> int:
+        """Echo."""
+        return x
+
+    raw = echo.fn
+    for _ in range(200):  # warm-up
+        await echo.call('{"x": 1}')
+    rounds = []
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(calls // 5):
+            await echo.call('{"x": 1}')
+        through = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(calls // 5):
+            await raw(x=1)
+        direct = time.perf_counter() - started
+        rounds.append((through - direct) / (calls // 5))
+    return {"tool_dispatch_us": statistics.median(rounds) * 1e6,
+            "tool_call_us": statistics.median(rounds) * 1e6 + direct / (calls // 5) * 1e6}
+
+
+async def parallel_tools(seconds: float = 0.1, width: int = 4) -> dict[str, float]:
+    @sf.tool
+    async def wait(i: int) -> int:
+        """Wait a while."""
+        await asyncio.sleep(seconds)
+        return i
+
+    def script(request: sf.Request) -> Any:
+        if any(m[0] == "tool" for m in request.messages):
+            return r"\boxed{ok}"
+        return sf.Completion(text="", tool_calls=tuple(sf.ToolCall(f"c{i}", "wait", json.dumps({"i": i}))
+                                                       for i in range(width)))
+
+    @sf.graph
+    def agent(problem):
+        return sf.agent("{problem}", model="m", tools=[wait])
+
+    spans = []
+    for _ in range(3):
+        result = await agent.build().run({"problem": "p"}, models={"m": ScriptedBackend(script)}, store=None)
+        tools = [t for t in result.traces if t.kind is sf.TraceKind.TOOL]
+        assert len(tools) == width
+        spans.append(max(t.started_at + t.latency for t in tools) - min(t.started_at for t in tools))
+    started = time.perf_counter()
+    for i in range(width):
+        await wait.call({"i": i})
+    sequential = time.perf_counter() - started
+    parallel = statistics.median(spans)
+    return {"parallel_tools_s": parallel, "sequential_tools_s": sequential,
+            "parallel_tools_speedup": sequential / parallel}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dispatch-calls", type=int, default=20_000)
+    args = parser.parse_args()
+    if args.quick:
+        args.conversations, args.rounds, args.dispatch_calls = 20, 2, 2_000
+    figures: dict[str, Any] = {"bench": "agents"}
+    figures.update(asyncio.run(turn_overhead(args.turns, args.conversations, args.rounds)))
+    print(f"turn: agent {figures['agent_turn_ms']:.2f} ms, hand-written openai loop {figures['raw_turn_ms']:.2f} ms "
+          f"-> ratio {figures['turn_overhead_ratio']:.3f} ({figures['turn_overhead_ms']:+.2f} ms)")
+    figures.update(asyncio.run(tool_dispatch(args.dispatch_calls)))
+    print(f"tool dispatch: {figures['tool_dispatch_us']:.1f} us over a direct await")
+    figures.update(asyncio.run(parallel_tools()))
+    print(f"4 tools of 100 ms in one turn: {figures['parallel_tools_s']:.3f} s, one after another "
+          f"{figures['sequential_tools_s']:.3f} s -> speedup {figures['parallel_tools_speedup']:.2f}x")
+    meets = {"turn_overhead_ratio": figures["turn_overhead_ratio"] <= TARGETS["turn_overhead_ratio"],
+             "tool_dispatch_us": figures["tool_dispatch_us"] <= TARGETS["tool_dispatch_us"],
+             "parallel_tools_speedup": figures["parallel_tools_speedup"] >= TARGETS["parallel_tools_speedup"]}
+    figures.update(turns=args.turns, conversations=args.conversations, targets=TARGETS, meets=meets,
+                   meets_targets=all(meets.values()))
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()
