@@ -27,7 +27,8 @@ def test_exported_members_import(module):
 
 
 PUBLIC_PACKAGES = {
-    "scaffold": {"backends", "catalogue", "cli", "cluster", "evaluation", "pocket", "serve", "store", "testing", "ui"},
+    "scaffold": {"backends", "catalogue", "cli", "cluster", "evaluation", "pocket", "serve", "store", "testing",
+                 "tools", "ui"},
     "scaffold.catalogue": set(),
     "scaffold.cluster": set(),
     "scaffold.backends": set(),
@@ -37,6 +38,7 @@ PUBLIC_PACKAGES = {
     "scaffold.serve": set(),
     "scaffold.store": set(),
     "scaffold.testing": set(),
+    "scaffold.tools": set(),
     "scaffold.ui": set(),
 }
 """Each public package and the public subpackages it may show besides its ``__all__``."""

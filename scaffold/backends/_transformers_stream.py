@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 from scaffold._types import Delta, Finished, Request, StreamItem
+from scaffold.backends._tool_text import with_tool_calls
 
 if TYPE_CHECKING:
-    from scaffold.backends._tool_text import with_tool_calls
-from scaffold.backends._transformers import TransformersBackend
+    from scaffold.backends._transformers import TransformersBackend
 
 __all__ = ["RowStream", "stream_request"]
 
