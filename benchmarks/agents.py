@@ -52,7 +52,8 @@ def conversation(turns: int):
         done = sum(1 for m in request.messages if m[0] == "tool")
         if done >= turns - 1:
             return r"\boxed{done}"
-        return sf.Completion(text="", tool_calls=(sf.ToolCall(f"call_{done}", "lookup", json.dumps({"key": f"k{done}"})),))
+        call = sf.ToolCall(f"call_{done}", "lookup", json.dumps({"key": f"k{done}"}))
+        return sf.Completion(text="", tool_calls=(call,))
 
     return policy
 
