@@ -69,6 +69,7 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
             request = dataclasses.replace(
                 first, messages=tuple(messages), n=1, seed=seed, tools=specs,
                 tool_choice="none" if last and specs else first.tool_choice)
+            trace: Trace | None
             if turn < len(given):
                 trace = await _given_turn(run, node, request, tuple(lineage), base, turn, given[turn][0])
             else:

@@ -217,7 +217,7 @@ class FunctionTool(Tool):
         self.model = arguments_model(fn, arg_docs)
         schema = self.model.model_json_schema()
         schema.pop("title", None)
-        tool_name = name or getattr(fn, "__name__", "")
+        tool_name = str(name or getattr(fn, "__name__", ""))
         super().__init__(tool_name, description if description is not None else summary, schema, timeout=timeout,
                          max_in_flight=max_in_flight, max_result_chars=max_result_chars)
 

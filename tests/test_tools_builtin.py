@@ -89,7 +89,8 @@ def test_the_executor_runs_code_in_a_private_directory_with_a_scrubbed_environme
     ("import time; time.sleep(60)", {"timeout": 1}, "[killed: wall-clock timeout of 1s]"),
     ("x = bytearray(400 * 1024 * 1024)", {"memory_mb": 200}, "MemoryError"),
     ("open('big', 'wb').write(b'x' * 3 * 2 ** 20)", {"max_file_mb": 1}, "OSError: [Errno 27] File too large"),
-    ("import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)", {}, "out\n[stderr]\nerr\n\n[exit status 3]"),
+    ("import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)", {},
+     "out\n[stderr]\nerr\n\n[exit status 3]"),
 ])
 def test_the_executors_limits_stop_the_code_and_say_why(code: str, options: dict, said: str) -> None:
     outcome = run_code(code, **options)

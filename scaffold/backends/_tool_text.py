@@ -73,8 +73,7 @@ def chat_messages(request: Request, native: bool) -> tuple[list[dict[str, Any]],
     """
     offered = bool(request.tools) and request.tool_choice != "none"
     if native:
-        messages = [_native(m) for m in request.messages]
-        return messages, ({"tools": [dict(t) for t in request.tools]} if offered else {})
+        return [_native(m) for m in request.messages], ({"tools": [dict(t) for t in request.tools]} if offered else {})
     messages: list[dict[str, Any]] = []
     for message in request.messages:
         role, content = message[0], message[1] or ""
@@ -91,8 +90,8 @@ def chat_messages(request: Request, native: bool) -> tuple[list[dict[str, Any]],
             lines += [f"<tool_call>{_call_json(call)}</tool_call>" for call in calls]
             content = "\n".join(lines)
         messages.append({"role": role, "content": content})
-    for message in messages:
-        message.pop("tool_responses", None)
+    for made in messages:
+        made.pop("tool_responses", None)
     if offered:
         described = INSTRUCTIONS + "\n" + "\n".join(json.dumps(_function(t)) for t in request.tools)
         if messages and messages[0]["role"] == "system":
