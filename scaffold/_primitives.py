@@ -301,6 +301,7 @@ def aggregate(
                       logprobs=logprobs, name=name, on_error=on_error, single=single,
                       agent=None if tools is None else (tools, max_turns, token_budget))
 
+
 def agent(
     prompt: str | Template,
     *,
