@@ -141,7 +141,19 @@ class Tool:
         self.parameters = dict(parameters)
         self.timeout = timeout
         self.max_result_chars = max_result_chars
+        self.max_in_flight = max_in_flight
         self.limit = InFlightLimit(max_in_flight) if max_in_flight is not None else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its in-flight limit (a Ray worker or another process gets a fresh one of its own)."""
+        state = dict(self.__dict__)
+        state["limit"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.max_in_flight is not None:
+            self.limit = InFlightLimit(self.max_in_flight)
 
     def spec(self) -> dict[str, Any]:
         """The tool in OpenAI's function-calling format (what a request's ``tools`` holds)."""

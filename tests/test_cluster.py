@@ -259,3 +259,32 @@ def test_a_budget_holds_across_workers_and_reports_back(tmp_path: Path) -> None:
     assert any(r.ok for r in results) and any(not r.ok for r in results)
     spent = sum(t.usage.total_tokens for r in results for t in r.traces if t.kind.value == "model" and t.ok)
     assert spent == budget.tokens
+
+
+def agent_script(request: sf.Request) -> sf.Completion:
+    """Asks the calculator for the problem's sum, then answers with the calculator's result."""
+    results = [m[1] for m in request.messages if m[0] == "tool"]
+    if results:
+        return sf.Completion(text=f"so \\boxed{{{results[0]}}}")
+    expression = request.last_content.split("What is ")[-1].rstrip("?")
+    return sf.Completion(text="", tool_calls=(sf.ToolCall("c", "calculator", f'{{"expression": "{expression}"}}'),))
+
+
+def test_agents_with_tools_run_on_workers_as_in_one_process(tmp_path: Path) -> None:
+    """An agent graph (its tools pickled to the workers, each with its own in-flight limit) gives the same answers,
+    turns and tool calls on the cluster as in this process."""
+    from scaffold.tools import calculator
+
+    @sf.graph
+    def solve(problem):
+        return sf.agent("{problem}", model="m", tools=[calculator], n=2)
+
+    data = rows(6)
+    local = solve.map_sync(data, models={"m": ScriptedBackend(agent_script)}, seed=1, store=tmp_path / "local.db")
+    spread = solve.map_sync(data, models={"m": ScriptedBackend(agent_script)}, seed=1, store=tmp_path / "cluster.db",
+                            cluster=Cluster(workers=2, num_cpus=0.5))
+    assert [[t.answer for t in r.output] for r in spread] == [[t.answer for t in r.output] for r in local]
+    assert [[t.answer for t in r.output] for r in local] == [[str(2 * i)] * 2 for i in range(6)]
+    with sf.Store(tmp_path / "cluster.db") as store:
+        tools = [t for r in spread for t in store.traces(r.run_id) if t.kind is sf.TraceKind.TOOL]
+    assert len(tools) == 12 and {t.metadata["tool"] for t in tools} == {"calculator"}
