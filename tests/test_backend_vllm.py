@@ -180,6 +180,26 @@ def test_greedy_token_ids_equal_transformers_generate(engine: Any, hf: Any, toke
         assert c.token_ids == greedy_reference(hf, prompt_ids(tokenizer, content), 24)
 
 
+def test_a_request_with_tools_is_rendered_with_the_text_protocol_in_process(engine: Any, hf: Any,
+                                                                           tokenizer: Any) -> None:
+    """The tiny model's template knows no tools: the engine's prompt is the text protocol's (tools in a system
+    message, the earlier call and its answer as text), exactly what transformers decodes greedily from it."""
+    import scaffold as sf
+    from scaffold.backends._tool_text import chat_messages
+
+    tool = {"type": "function", "function": {"name": "add", "description": "Add.", "parameters": {"type": "object"}}}
+    request = Request(messages=(("user", QUESTION), sf.assistant_message("", [sf.ToolCall("c1", "add", '{"a": 2}')]),
+                                sf.tool_message("c1", "add", "4")), tools=(tool,), params={"temperature": 0,
+                                                                                            "max_tokens": 16})
+    (completion,) = run(engine, request)
+    messages, extra = chat_messages(request, native=False)
+    assert extra == {} and messages[0]["role"] == "system" and '"name": "add"' in messages[0]["content"]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert completion.token_ids == greedy_reference(hf, prompt, 16)
+    assert completion.tool_calls == ()  # a random model writes no <tool_call>
+
+
 @pytest.mark.slow
 def test_sampled_logprobs_equal_a_teacher_forced_forward_pass(engine: Any, hf: Any, tokenizer: Any) -> None:
     """Logprobs are the raw model's (before temperature and top-p), matching transformers to 1e-4."""
