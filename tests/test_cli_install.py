@@ -148,7 +148,7 @@ def test_every_optional_module_maps_to_the_extra_pyproject_lists() -> None:
     for module, extra in {"torch": "train", "transformers": "train", "peft": "train", "vllm": "vllm",
                           "ray": "cluster", "fastapi": "serve", "starlette": "serve", "uvicorn": "serve",
                           "pyarrow": "parquet", "matplotlib": "plot", "datasets": "hub", "psycopg": "postgres",
-                          "opentelemetry": "otel", "litellm": "api", "aiohttp": "api"}.items():
+                          "opentelemetry": "otel", "litellm": "api", "aiohttp": "api", "mcp": "mcp"}.items():
         assert known[module] == extra
         if module != "starlette":  # fastapi brings it
             assert any(Requirement(r).name.lower().replace("-", "_").startswith(module) for r in optional[extra])
