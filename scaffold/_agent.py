@@ -71,7 +71,10 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
                 tool_choice="none" if last and specs else first.tool_choice)
             trace: Trace | None
             if turn < len(given):
-                trace = await _given_turn(run, node, request, tuple(lineage), base, turn, given[turn][0])
+                trace = await _given_turn(run, node, request, tuple(lineage), base, turn, given[turn][0],
+                                          client_names)
+                if not tool_calls_of_trace(trace):  # nothing of the client's left in it: the model's turn
+                    trace = await _turn(run, node, send, request, tuple(lineage), base, turn, index, out)
             else:
                 trace = await _turn(run, node, send, request, tuple(lineage), base, turn, index, out)
             if trace is None:
@@ -157,9 +160,11 @@ def _spec_name(spec: Any) -> str:
 
 
 async def _given_turn(run: RunContext, node: AgentNode, request: Request, inputs: tuple[str, ...], base: str,
-                      turn: int, message: tuple[Any, ...]) -> Trace:
+                      turn: int, message: tuple[Any, ...], client_names: set[str]) -> Trace:
     """A turn the client sent back (the assistant message that called its tools): the recorded turn when it is the
-    same one, else the client's message as the turn's record (no model call)."""
+    same one, else the client's message as the turn's record (no model call). A client's message may only call the
+    client's own tools: a call of one of the agent's tools in it is dropped (and named in ``metadata["dropped"]``),
+    so no request can make the server run its tools with arguments the model never wrote."""
     calls = tool_calls_of(message)
     if run.reuse:
         recorded = await _recorded(run, f"{base}.{turn}", request, inputs)
@@ -167,10 +172,13 @@ async def _given_turn(run: RunContext, node: AgentNode, request: Request, inputs
             mine = {(c.name, _canonical(c.arguments)) for c in tool_calls_of_trace(recorded)}
             if {(c.name, _canonical(c.arguments)) for c in calls} <= mine:
                 return recorded
+    kept = [call for call in calls if call.name in client_names]
+    metadata: dict[str, Any] = {"turn": turn, "tool_calls": [call.as_dict() for call in kept], "from_client": True}
+    if len(kept) < len(calls):
+        metadata["dropped"] = [call.name for call in calls if call.name not in client_names]
     return Trace(
         id=f"{base}.{turn}", run_id=run.run_id, node=node.name, index=_agent_index(base), model=node.alias,
-        request=request, text=message[1] or "", inputs=inputs, started_at=time.time(), cost=0.0,
-        metadata={"turn": turn, "tool_calls": [call.as_dict() for call in calls], "from_client": True},
+        request=request, text=message[1] or "", inputs=inputs, started_at=time.time(), cost=0.0, metadata=metadata,
     )
 
 
