@@ -48,3 +48,4 @@ bench: install
 	$(BIN)/python benchmarks/distributed.py
 	$(BIN)/python benchmarks/distributed_training.py
 	$(BIN)/python benchmarks/ui.py
+	$(BIN)/python benchmarks/agents.py
