@@ -24,7 +24,7 @@ class StreamAssembler:
         >>> parts.add(0, "4", (9,), finish_reason="stop").text
         '4'
         >>> parts.choices()
-        [Choice(text='so 4', token_ids=(7, 9), logprobs=None, finish_reason='stop')]
+        [Choice(text='so 4', token_ids=(7, 9), logprobs=None, finish_reason='stop', tool_calls=())]
     """
 
     def __init__(self, n: int) -> None:
