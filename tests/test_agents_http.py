@@ -96,6 +96,28 @@ def test_the_text_protocol_reaches_a_real_model_in_transformers(tiny_model_dir):
     assert "<|im_start|>user\n<tool_response>\n5\n</tool_response>" in rendered
 
 
+def test_a_chat_template_that_reads_tools_gets_them_natively(tiny_model_dir):
+    """A template that reads ``tools`` (as Qwen2.5's does) is given them, and the earlier calls with their arguments
+    as objects; nothing of the text protocol is added."""
+    from transformers import AutoTokenizer
+
+    from scaffold.backends._tool_text import INSTRUCTIONS, native_tools
+    from scaffold.backends._transformers import encode_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    tokenizer.chat_template = (
+        "{% if tools %}TOOLS:{% for t in tools %}{{ t.function.name }};{% endfor %}|{% endif %}"
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.function.arguments.a }}]{% endfor %}|"
+        "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+    assert native_tools(tokenizer)
+    request = sf.Request(messages=(("user", "q"), sf.assistant_message("", [sf.ToolCall("c", "add", '{"a": 7}')]),
+                                   sf.tool_message("c", "add", "9")), tools=(add.spec(),))
+    text = tokenizer.decode(encode_prompt(tokenizer, request))
+    assert text == "TOOLS:add;|user:q|assistant:[add 7]|tool:9|assistant:"
+    assert INSTRUCTIONS not in text
+
+
 # -- MCP ----------------------------------------------------------------------------------------------------
 def converter_script(request) -> sf.Completion:
     results = [m[1] for m in request.messages if m[0] == "tool"]
