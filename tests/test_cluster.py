@@ -252,7 +252,10 @@ def test_a_budget_holds_across_workers_and_reports_back(tmp_path: Path) -> None:
     """A token budget shared by 3 workers: never passed, the refused calls counted, totals back in the Budget."""
     budget = sf.Budget(max_tokens=4_000)
     model = sf.Model(ScriptedBackend(seeded), params={"max_tokens": 20})
-    results = rsa().map_sync(rows(30), models={"solver": model}, concurrency=4, seed=0,
+    # one row at a time on each worker. A row spends 380 tokens and books at most 12 calls' estimates (127 at most
+    # each) while in flight, so the first 3 rows always fit in the 4,000 and the 30 rows' 11,400 never do. With 4
+    # rows a worker, 12 rows' samples could all be booked before any aggregation, and every row fail.
+    results = rsa().map_sync(rows(30), models={"solver": model}, concurrency=1, seed=0,
                              store=tmp_path / "runs.db", budget=budget, cluster=Cluster(workers=3, num_cpus=0.5))
     assert len(results) == 30
     assert 0 < budget.tokens <= 4_000 and budget.refused > 0
