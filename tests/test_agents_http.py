@@ -76,6 +76,37 @@ def test_native_tool_calls_round_trip_over_http(upstream, backend, stream):
         assert "".join(d.text for d in deltas).endswith(r"\boxed{47}")
 
 
+def test_the_guides_react_agent_with_python_parallel_agents_and_an_mcp_tool_over_real_http():
+    """The agents guide's three agents, with the model behind real HTTP: a ReAct agent running Python, five agents
+    voted, and an agent calling a real MCP server process's tool."""
+    from scaffold.tools import python_executor
+
+    def model(request):
+        results = [m[1] for m in request.messages if m[0] == "tool"]
+        names = [t["function"]["name"] for t in request.tools]
+        if results:
+            return rf"\boxed{{{results[-1]}}}"
+        if "python" in names:
+            return sf.Completion(text="", tool_calls=(sf.ToolCall("p", "python", json.dumps(
+                {"code": "print(sum(i * i for i in range(10)))"})),))
+        return sf.Completion(text="", tool_calls=(sf.ToolCall("w", "word_count", '{"text": "a b c d"}'),))
+
+    mcp_tools = [t for t in MCPServer(MCP_SERVER).tools() if t.name == "word_count"]
+
+    @sf.graph
+    def three(problem):
+        react = sf.agent("{problem}", model="m", tools=[python_executor(timeout=20)], name="react")
+        voted = sf.vote(sf.agent("{problem}", model="m", tools=[python_executor(timeout=20)], n=5, name="many"))
+        words = sf.agent("{problem}", model="m", tools=mcp_tools, name="words")
+        return {"react": react, "voted": voted, "words": words}
+
+    with OpenAIServer(policy=model) as server:
+        result = three.run_sync({"problem": "p"}, models={"m": sf.OpenAIBackend("m", base_url=server.base_url)},
+                                store=None)
+        assert len(server.requests) == 2 + 10 + 2
+    assert {k: v.answer for k, v in result.output.items()} == {"react": "285", "voted": "285", "words": "4"}
+
+
 def test_the_text_protocol_reaches_a_real_model_in_transformers(tiny_model_dir):
     """A tiny random model cannot call tools, but its prompt is the protocol's: the tools' instructions in a system
     message, rendered by the model's own chat template; what it writes is parsed for calls."""
