@@ -95,8 +95,7 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
             theirs = [(j, call) for j, call in enumerate(calls) if call.name in client_names]
             answers = given[turn][1] if turn < len(given) else {}
             served = {j: client_call_id(run.run_id, index, turn, j) for j, _ in theirs}
-            waiting = [dataclasses.replace(call, id=served[j]).as_dict() for j, call in theirs
-                       if served[j] not in answers and call.id not in answers]
+            waiting = any(served[j] not in answers and call.id not in answers for j, call in theirs)
             if not waiting:  # recorded before its tool calls, which read it
                 run.record(trace)
             results = dict(zip([j for j, _ in ours], await _tool_calls(run, node, tools, ours, trace.id)))

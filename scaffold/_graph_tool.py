@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import GraphDefinitionError, ToolFailed
 from scaffold._template import format_candidates
-from scaffold._tools import DEFAULT_MAX_RESULT_CHARS, Tool, ToolOutcome, current_tool_call, parse_docstring
+from scaffold._tools import DEFAULT_MAX_RESULT_CHARS, Tool, current_tool_call, parse_docstring
 from scaffold._types import Trace
 
 if TYPE_CHECKING:
@@ -60,12 +60,10 @@ class GraphTool(Tool):
             raise ToolArgumentsError(f"{self.name}: {', '.join(bad)} must be text")
         return {k: str(v) for k, v in arguments.items()}
 
-    async def call(self, arguments: Any) -> ToolOutcome:
-        outcome = await super().call(arguments)
+    def recorded(self) -> Mapping[str, Any] | None:
+        """The sub-run's id, when called inside an agent."""
         context = current_tool_call()
-        if context is None:
-            return outcome
-        return ToolOutcome(outcome.text, outcome.error, outcome.latency, {"run_id": _sub_run_id(context.trace_id)})
+        return None if context is None else {"run_id": _sub_run_id(context.trace_id)}
 
     async def invoke(self, arguments: dict[str, Any]) -> str:
         context = current_tool_call()

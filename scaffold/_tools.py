@@ -177,15 +177,20 @@ class Tool:
             result = await self._call(arguments)
             text = tool_result_text(result, self.name)
         except ToolError as exc:
-            return ToolOutcome(f"{type(exc).__name__}: {exc}", exc, time.perf_counter() - started)
+            return ToolOutcome(f"{type(exc).__name__}: {exc}", exc, time.perf_counter() - started, self.recorded())
         latency = time.perf_counter() - started
         if len(text) > self.max_result_chars:
             error = ToolResultTooLarge(f"{self.name}: the result has {len(text)} characters; the first "
                                        f"{self.max_result_chars} were shown")
             shown = text[: self.max_result_chars] + f"\n[cut: {len(text)} characters, the first " \
                                                     f"{self.max_result_chars} shown]"
-            return ToolOutcome(shown, error, latency)
-        return ToolOutcome(text, None, latency)
+            return ToolOutcome(shown, error, latency, self.recorded())
+        return ToolOutcome(text, None, latency, self.recorded())
+
+    def recorded(self) -> Mapping[str, Any] | None:
+        """Extras recorded with each call's trace (a sub-run's id, whether the network was cut...); none by
+        default."""
+        return None
 
     async def _call(self, arguments: str | Mapping[str, Any]) -> Any:
         parsed = _parse_arguments(arguments, self.name)

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from typing import Any
 
-from scaffold._tools import DEFAULT_MAX_RESULT_CHARS, Tool, ToolOutcome
+from scaffold._tools import DEFAULT_MAX_RESULT_CHARS, Tool
 
 __all__ = ["PythonExecutor", "network_isolated", "python_executor"]
 
@@ -90,10 +90,9 @@ class PythonExecutor(Tool):
             raise ToolArgumentsError(f"{self.name}: the code contains a NUL character")
         return {"code": code}
 
-    async def call(self, arguments: str | Any) -> ToolOutcome:
-        outcome = await super().call(arguments)
-        metadata = {"network_isolated": not self.network and network_isolated()}
-        return ToolOutcome(outcome.text, outcome.error, outcome.latency, metadata)
+    def recorded(self) -> dict[str, Any]:
+        """Whether this call ran without network."""
+        return {"network_isolated": not self.network and network_isolated()}
 
     async def invoke(self, arguments: dict[str, Any]) -> str:
         workdir = tempfile.mkdtemp(prefix="scaffold-python-")
