@@ -15,11 +15,30 @@ Protocol (every figure and its baseline measured in this run, on this machine):
 - **parallel tools.** One turn of a scripted model asks for 4 calls of a tool that sleeps 100 ms; the
   agent's wall time for that turn's tools (its tool traces' span, from the first start to the last end)
   against the same 4 calls made one after another: ``parallel_tools_speedup`` (target >= 3.5).
+- **long set.** ``--long-problems`` problems of ``PocketTask(digits=3, terms=3)``'s test split (seed 0), each
+  with ``--long-candidates`` (64) worked solutions drawn once (``random.Random`` seeded by the problem's number):
+  the right one (``task.solution``) with probability 0.35, else one with a slip (``task.slipped_solution``,
+  ``slips=1``). One test server plays every model, with a **context window** of ``--context-window`` (2,048)
+  prompt tokens (its fake tokenizer: words, punctuation marks and whitespace runs; past it, a 400
+  ``context_length_exceeded``, which the backend raises as ``ContextLengthError``). As the sampler it answers
+  choice ``i`` of a problem's request with candidate ``i`` (so both graphs read the same candidates in the same
+  order). As the aggregator it is a **scripted AggAgent reader**, not a model: it calls ``list_candidates``,
+  then ``get_solution`` on candidates 1, 2, ... reading each one's boxed answer from its text, until one answer
+  leads the others it has read by 3 ("a majority seen") or the context budget (``--context-budget``, 1,600
+  tokens of one turn's conversation) forces the last turn; it then ``cite``s the candidates with the leading
+  answer (when not forced) and answers ``\\boxed{}`` with it. ``graphs.agg_agent`` (that reader through the
+  candidate tools) and plain aggregation (``sf.aggregate`` of the same 64 samples, prompt inlining them, same
+  server) run on the same problems. An aggregation that raised counts as wrong; ``long_set_plain_errors`` counts
+  the plain ones that raised, ``long_set_plain_context_errors`` those of them that raised ``ContextLengthError``.
 
 The last line is one JSON object: ``bench``, ``turn_overhead_ratio``, ``turn_overhead_ms``,
-``tool_dispatch_us``, ``parallel_tools_speedup``, with the figures beside them and ``targets``/``meets``.
+``tool_dispatch_us``, ``parallel_tools_speedup``, with the figures beside them and ``targets``/``meets``, and
+``long_set_agg_accuracy``, ``long_set_plain_accuracy``, ``long_set_problems``, ``long_set_candidates``,
+``long_set_plain_errors``, ``long_set_plain_context_errors`` (with ``long_set_context_window`` and
+``long_set_context_budget`` beside them).
 
 Usage: python benchmarks/agents.py [--quick] [--turns 4] [--conversations 200] [--dispatch-calls 20000]
+       [--long-problems 20] [--long-candidates 64] [--context-window 2048] [--context-budget 1600]
 """
 
 from __future__ import annotations
@@ -27,11 +46,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
+import re
 import statistics
 import time
+from collections import Counter
 from typing import Any
 
+import graphs
 import scaffold as sf
+from scaffold.pocket import PocketTask
 from scaffold.testing import OpenAIServer, ScriptedBackend
 
 TARGETS = {"turn_overhead_ratio": 1.2, "tool_dispatch_us": 50.0, "parallel_tools_speedup": 3.5}
@@ -166,6 +190,97 @@ async def parallel_tools(seconds: float = 0.1, width: int = 4) -> dict[str, floa
             "parallel_tools_speedup": sequential / parallel}
 
 
+# -- the long set: a tool-using aggregator against plain aggregation past the context window -------------------
+LEAD = 3
+"""The reader stops reading once one answer leads every other it has read by this many."""
+
+_BOXED = re.compile(r"\\boxed\{([^}]*)\}")
+
+
+def draw_candidates(task: PocketTask, problem: str, count: int, seed: int) -> list[str]:
+    """``count`` worked solutions: right with probability 0.35, else slipped once."""
+    rng = random.Random(f"long-set/{seed}")
+    return [task.solution(problem) if rng.random() < 0.35 else task.slipped_solution(problem, rng, slips=1)
+            for _ in range(count)]
+
+
+def agg_agent_reader(request: Any) -> Any:
+    """The scripted AggAgent reader (see the protocol): its state is the conversation it is sent."""
+    results = [m[1] for m in request.messages if m[0] == "tool"]
+    if not results:
+        return sf.Completion(text="", tool_calls=(sf.ToolCall("c0", "list_candidates", "{}"),))
+    total = int(results[0].split()[0])
+    seen: Counter[str] = Counter()
+    read: dict[int, str] = {}
+    cited = False
+    for text in results[1:]:
+        found = re.match(r"Candidate (\d+):", text)
+        boxed = _BOXED.findall(text)
+        if found and boxed:
+            read[int(found.group(1))] = boxed[-1]
+            seen[boxed[-1]] += 1
+        cited = cited or text.startswith("cited ")
+    ranked = seen.most_common(2) or [("", 0)]
+    leader = ranked[0][0]
+    lead = ranked[0][1] - (ranked[1][1] if len(ranked) > 1 else 0)
+    if cited or request.body.get("tool_choice") == "none" or (not leader and len(read) >= total):
+        return rf"The candidates agree most on \boxed{{{leader}}}"
+    if lead >= LEAD or len(read) >= total:
+        agreeing = [i for i, answer in read.items() if answer == leader]
+        return sf.Completion(text="", tool_calls=(sf.ToolCall("c0", "cite", json.dumps({"indices": agreeing})),))
+    following = len(read) + 1
+    return sf.Completion(text="", tool_calls=(sf.ToolCall("c0", "get_solution", json.dumps({"index": following})),))
+
+
+def plain_reader(request: Any) -> str:
+    """Plain aggregation's model, had the candidates fit: the most common boxed answer of its prompt."""
+    answers = Counter(_BOXED.findall(request.messages[-1][1]))
+    return rf"\boxed{{{answers.most_common(1)[0][0] if answers else ''}}}"
+
+
+async def long_set(problems: int, count: int, context_window: int, context_budget: int) -> dict[str, Any]:
+    task = PocketTask(digits=3, terms=3)
+    rows = task.problems(problems, seed=0, split="test")
+    pools = {row["problem"]: draw_candidates(task, row["problem"], count, seed) for seed, row in enumerate(rows)}
+
+    def policy(request: Any) -> Any:
+        if request.tools:
+            return agg_agent_reader(request)
+        prompt = request.messages[-1][1]
+        if "Candidate 1:" in prompt:
+            return plain_reader(request)
+        problem = next(p for p in pools if p in prompt)
+        return pools[problem][request.choice]
+
+    @sf.graph
+    def plain(problem):
+        candidates = sf.sample(graphs.SOLVE_PROMPT, model="solver", n=count, name="candidates")
+        return sf.aggregate(candidates, model="aggregator", name="aggregate")
+
+    agg = graphs.agg_agent.build(n=count, max_turns=count + 3, context_budget=context_budget,
+                                 aggregator="aggregator")
+    right = {"agg": 0, "plain": 0}
+    errors = context_errors = 0
+    with OpenAIServer(policy=policy, max_context=context_window) as server:
+        backend = sf.OpenAIBackend("m", base_url=server.base_url)
+        models = {"solver": backend, "aggregator": backend}
+        for seed, row in enumerate(rows):
+            result = await agg.run({"problem": row["problem"]}, models=models, store=None, seed=seed)
+            right["agg"] += sf.equivalent(result.answer, row["answer"])
+            try:
+                result = await plain.build().run({"problem": row["problem"]}, models=models, store=None, seed=seed)
+                right["plain"] += sf.equivalent(result.answer, row["answer"])
+            except sf.CallError as exc:  # fail-fast: the aggregation's failure, its cause the backend's error
+                errors += 1
+                context_errors += isinstance(exc.__cause__, sf.ContextLengthError)
+        await backend.release_loop()
+    return {"long_set_agg_accuracy": right["agg"] / len(rows), "long_set_plain_accuracy": right["plain"] / len(rows),
+            "long_set_problems": len(rows), "long_set_candidates": count,
+            "long_set_plain_errors": errors, "long_set_plain_context_errors": context_errors,
+            "long_set_context_window": context_window,
+            "long_set_context_budget": context_budget}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
@@ -173,9 +288,13 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dispatch-calls", type=int, default=20_000)
+    parser.add_argument("--long-problems", type=int, default=20)
+    parser.add_argument("--long-candidates", type=int, default=64)
+    parser.add_argument("--context-window", type=int, default=2048)
+    parser.add_argument("--context-budget", type=int, default=1600)
     args = parser.parse_args()
     if args.quick:
-        args.conversations, args.rounds, args.dispatch_calls = 20, 2, 2_000
+        args.conversations, args.rounds, args.dispatch_calls, args.long_problems = 20, 2, 2_000, 4
     figures: dict[str, Any] = {"bench": "agents"}
     figures.update(asyncio.run(turn_overhead(args.turns, args.conversations, args.rounds)))
     print(f"turn: agent {figures['agent_turn_ms']:.2f} ms, hand-written openai loop {figures['raw_turn_ms']:.2f} ms "
@@ -185,6 +304,11 @@ def main() -> None:
     figures.update(asyncio.run(parallel_tools()))
     print(f"4 tools of 100 ms in one turn: {figures['parallel_tools_s']:.3f} s, one after another "
           f"{figures['sequential_tools_s']:.3f} s -> speedup {figures['parallel_tools_speedup']:.2f}x")
+    figures.update(asyncio.run(long_set(args.long_problems, args.long_candidates, args.context_window,
+                                        args.context_budget)))
+    print(f"long set ({figures['long_set_problems']} problems x {figures['long_set_candidates']} candidates, "
+          f"context {args.context_window}): agg_agent {figures['long_set_agg_accuracy']:.2f}, plain aggregation "
+          f"{figures['long_set_plain_accuracy']:.2f} ({figures['long_set_plain_context_errors']} context errors)")
     meets = {"turn_overhead_ratio": figures["turn_overhead_ratio"] <= TARGETS["turn_overhead_ratio"],
              "tool_dispatch_us": figures["tool_dispatch_us"] <= TARGETS["tool_dispatch_us"],
              "parallel_tools_speedup": figures["parallel_tools_speedup"] >= TARGETS["parallel_tools_speedup"]}

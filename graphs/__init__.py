@@ -16,6 +16,7 @@ number of aggregation steps (T); each topology's docstring gives its paper's let
     result = g.run_sync({"problem": "482+915+307"}, models={"solver": sf.TransformersBackend(pocket_model())})
 """
 
+from graphs.agg_agent import AGG_AGENT_PROMPT, agg_agent
 from graphs.agglm import agglm, aggregate_given, ssa
 from graphs.best_of_n import best_of_n, parse_score, weighted_majority
 from graphs.evolve import evolve
@@ -27,6 +28,7 @@ from graphs.pairwise import (
     parse_winner,
     population_by_generation,
 )
+from graphs.parallel_agents import parallel_agents
 from graphs.prompts import (
     AGGREGATE_PROMPT,
     COMPARE_PROMPT,
@@ -62,6 +64,9 @@ __all__ = [
     "pairwise_ranking",
     "react",
     "REACT_PROMPT",
+    "parallel_agents",
+    "agg_agent",
+    "AGG_AGENT_PROMPT",
     # training topologies
     "grpo_group",
     "spiral",

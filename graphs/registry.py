@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import scaffold as sf
+from graphs.agg_agent import agg_agent
 from graphs.agglm import agglm, ssa
 from graphs.best_of_n import best_of_n, weighted_majority
 from graphs.evolve import evolve
 from graphs.moa import mixture_of_agents, self_moa
 from graphs.pairwise import agreement_verdict, pairwise_ranking
+from graphs.parallel_agents import parallel_agents
 from graphs.react import react
 from graphs.rsa import rsa
 from graphs.self_consistency import self_consistency
@@ -46,6 +48,8 @@ TOPOLOGIES: dict[str, sf.GraphFunction] = {
     "aggregation_tree": aggregation_tree,
     "pairwise_ranking": pairwise_ranking,
     "react": react,
+    "agents": parallel_agents,
+    "agg_agent": agg_agent,
 }
 """The topologies a command line can name (the ones that take only a ``problem`` input)."""
 

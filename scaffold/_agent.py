@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from scaffold._nodes import AgentNode
     from scaffold._run_context import RunContext
 
-__all__ = ["client_call_id", "client_turns", "run_agent", "run_of_client_call", "tool_calls_of_trace"]
+__all__ = ["client_call_id", "client_turns", "last_turn_reason", "run_agent", "run_of_client_call",
+           "tool_calls_of_trace"]
 
 
 def tool_calls_of_trace(trace: Trace) -> tuple[ToolCall, ...]:
@@ -49,8 +50,11 @@ def tool_calls_of_trace(trace: Trace) -> tuple[ToolCall, ...]:
 
 
 async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request, inputs: tuple[str, ...],
-                    out: Slot, index: int) -> None:
-    """Run agent ``index`` of ``node`` from its first request; resolve ``out`` with its answer (or its failure)."""
+                    out: Slot, index: int, *, candidates: tuple[Trace, ...] = ()) -> None:
+    """Run agent ``index`` of ``node`` from its first request; resolve ``out`` with its answer (or its failure).
+
+    ``candidates`` are the traces an aggregating agent read (its tools see them in their
+    :class:`~scaffold._tools.ToolContext`)."""
     base = f"{run.run_id}/{node.name}#{index}"
     tools = {t.name: t for t in node.tools}
     client = run.client_node is node
@@ -60,11 +64,12 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
     given = client_turns(run.continuation) if client else []
     messages = list(first.messages)
     lineage = list(inputs)
-    spent = 0
+    spent = context = 0
     request = first
     try:
         for turn in range(node.max_turns):
-            last = turn == node.max_turns - 1 or (node.token_budget is not None and spent >= node.token_budget)
+            why = last_turn_reason(node, turn, spent, context)
+            last = why is not None
             seed = first.seed if turn == 0 else index_seed(node_seed(run.seed, f"{node.name}@{turn}"), index)
             request = dataclasses.replace(
                 first, messages=tuple(messages), n=1, seed=seed, tools=specs,
@@ -79,14 +84,14 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
                 trace = await _turn(run, node, send, request, tuple(lineage), base, turn, index, out)
             if trace is None:
                 return  # failed, and recorded as the agent's trace
-            spent += trace.usage.total_tokens
+            context = trace.usage.total_tokens
+            spent += context
             calls = tool_calls_of_trace(trace)
             if not calls:
                 run.finish(out, trace)
                 return
             if last:
                 run.record(trace)
-                why = "its token budget" if turn < node.max_turns - 1 else f"max_turns={node.max_turns}"
                 run.node_failed(node, [out], index, AgentLimitError(
                     f"{node.name}#{index} still called {', '.join(c.name for c in calls)} on its last turn "
                     f"({why}, turn {turn + 1}, {spent} tokens)"), request, (*lineage, trace.id))
@@ -98,7 +103,7 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
             waiting = any(served[j] not in answers and call.id not in answers for j, call in theirs)
             if not waiting:  # recorded before its tool calls, which read it
                 run.record(trace)
-            results = dict(zip([j for j, _ in ours], await _tool_calls(run, node, tools, ours, trace.id)))
+            results = dict(zip([j for j, _ in ours], await _tool_calls(run, node, tools, ours, trace.id, candidates)))
             if waiting:  # the client runs its tools: the run ends here, its output this turn
                 asked = [dataclasses.replace(call, id=served[j]).as_dict() for j, call in theirs]
                 run.finish(out, dataclasses.replace(trace, metadata={**trace.metadata, "client_tool_calls": asked}))
@@ -117,6 +122,21 @@ async def run_agent(run: RunContext, node: AgentNode, send: Send, first: Request
         raise
     finally:
         run.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+
+def last_turn_reason(node: AgentNode, turn: int, spent: int, context: int) -> str | None:
+    """Why turn ``turn`` (from 0) is the agent's last, sent with ``tool_choice="none"``; ``None`` when it is not.
+
+    ``spent`` is the tokens of every turn before it, ``context`` the size of the turn before it (its prompt and
+    completion tokens: the conversation so far).
+    """
+    if turn == node.max_turns - 1:
+        return f"max_turns={node.max_turns}"
+    if node.token_budget is not None and spent >= node.token_budget:
+        return f"its token budget of {node.token_budget}"
+    if node.context_budget is not None and context >= node.context_budget:
+        return f"its context budget of {node.context_budget}: the conversation reached {context} tokens"
+    return None
 
 
 def client_call_id(run_id: str, index: int, turn: int, position: int) -> str:
@@ -239,16 +259,18 @@ async def _recorded(run: RunContext, trace_id: str, request: Request | None, inp
 
 
 async def _tool_calls(run: RunContext, node: AgentNode, tools: dict[str, Tool],
-                      calls: Sequence[tuple[int, ToolCall]], turn_id: str) -> list[Trace]:
+                      calls: Sequence[tuple[int, ToolCall]], turn_id: str,
+                      candidates: tuple[Trace, ...] = ()) -> list[Trace]:
     """Run one turn's tool calls (``(position, call)`` pairs; at once when there are several) and record a trace
     for each."""
     if len(calls) == 1:
-        return [await _tool_call(run, node, tools, calls[0][1], turn_id, calls[0][0])]
-    return list(await asyncio.gather(*[_tool_call(run, node, tools, call, turn_id, j) for j, call in calls]))
+        return [await _tool_call(run, node, tools, calls[0][1], turn_id, calls[0][0], candidates)]
+    return list(await asyncio.gather(*[_tool_call(run, node, tools, call, turn_id, j, candidates)
+                                       for j, call in calls]))
 
 
 async def _tool_call(run: RunContext, node: AgentNode, tools: dict[str, Tool], call: ToolCall, turn_id: str,
-                     position: int) -> Trace:
+                     position: int, candidates: tuple[Trace, ...] = ()) -> Trace:
     trace_id = f"{turn_id}.{position}"
     if run.reuse:
         recorded = await _recorded(run, trace_id, None, (turn_id,))
@@ -263,7 +285,7 @@ async def _tool_call(run: RunContext, node: AgentNode, tools: dict[str, Tool], c
         error = UnknownToolError(f"no tool is named {call.name!r}; the tools are: {known}")
         outcome = ToolOutcome(f"UnknownToolError: {error}", error)
     else:
-        token = set_tool_call(ToolContext(run.run_id, trace_id, run.models, run.store))
+        token = set_tool_call(ToolContext(run.run_id, trace_id, run.models, run.store, candidates))
         try:
             outcome = await chosen.call(call.arguments)
         finally:

@@ -66,7 +66,8 @@ def _agent_spec(node: Node) -> dict[str, Any]:
     """An agent's tools and limits (a node without tools adds nothing, so older specs stay as they were)."""
     if not isinstance(node, AgentNode):
         return {}
-    return {"tools": node.tool_names(), "max_turns": node.max_turns, "token_budget": node.token_budget}
+    return {"tools": node.tool_names(), "max_turns": node.max_turns, "token_budget": node.token_budget,
+            "context_budget": node.context_budget}
 
 
 def _output_names(value: Any) -> Any:

@@ -170,7 +170,7 @@ class CallNode(Node):
 @dataclass(eq=False)
 class AgentNode(CallNode):
     """A tool loop per trace (``sf.agent``, ``sf.aggregate(tools=...)``): model turns and tool calls until the
-    model answers without calling a tool, or ``max_turns``, or the token budget; its trace is the last turn.
+    model answers without calling a tool, or ``max_turns``, or a budget (tokens, context); its trace is the last turn.
 
     ``tools`` are :class:`~scaffold._tools.Tool` objects (duck-typed here: a name and a ``spec()``)."""
 
@@ -178,6 +178,8 @@ class AgentNode(CallNode):
     max_turns: int = 10
     token_budget: int | None = None
     """Tokens (prompt and completion, all turns) after which the next turn is the last: it may not call tools."""
+    context_budget: int | None = None
+    """Tokens of one turn's conversation (its prompt and completion) after which the next turn is the last."""
 
     @property
     def kind(self) -> str:  # type: ignore[override]

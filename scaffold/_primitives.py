@@ -122,7 +122,7 @@ def _call_node(
     name: str | None,
     on_error: OnError,
     single: bool,
-    agent: tuple[Sequence[Tool], int, int | None] | None = None,
+    agent: tuple[Sequence[Tool], int, int | None, int | None] | None = None,
 ) -> Node:
     builder = current_builder(what)
     alias = _check_alias(model, what)
@@ -168,7 +168,7 @@ def _call_node(
     )
     if agent is None:
         return builder.add(CallNode(**fields))
-    tools, max_turns, token_budget = agent
+    tools, max_turns, token_budget, context_budget = agent
     if isinstance(tools, (Tool, str, bytes)) or not isinstance(tools, Sequence):
         raise GraphDefinitionError(f"sf.{what}() node {node_name!r}: tools must be a list of sf.tool(...) objects")
     checked = tools_by_name(tools, f"sf.{what}() node {node_name!r}")
@@ -178,8 +178,11 @@ def _call_node(
     if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, int)
                                      or token_budget < 1):
         raise GraphDefinitionError(f"sf.{what}() node {node_name!r}: token_budget must be a positive integer")
+    if context_budget is not None and (isinstance(context_budget, bool) or not isinstance(context_budget, int)
+                                       or context_budget < 1):
+        raise GraphDefinitionError(f"sf.{what}() node {node_name!r}: context_budget must be a positive integer")
     return builder.add(AgentNode(**fields, tools=tuple(checked.values()), max_turns=max_turns,
-                                 token_budget=token_budget))
+                                 token_budget=token_budget, context_budget=context_budget))
 
 
 def generate(
@@ -266,6 +269,7 @@ def aggregate(
     tools: Sequence[Tool] | None = None,
     max_turns: int = 10,
     token_budget: int | None = None,
+    context_budget: int | None = None,
 ) -> Node:
     """A model reads sets of candidate traces and writes new traces (the aggregative primitive).
 
@@ -281,8 +285,10 @@ def aggregate(
     The prompt gets ``{candidates}`` (rendered by ``render``) and ``{k}`` (the number read).
     ``items`` may be a graph input, so candidates collected elsewhere (strings or traces) can be
     aggregated without regenerating them. With ``tools``, each aggregation is an agent (see :func:`agent`:
-    ``max_turns``, ``token_budget``) that may call them before it writes its answer (AggAgent's idea: look
-    into the candidates with tools instead of reading them all at once).
+    ``max_turns``, ``token_budget``, ``context_budget``) that may call them before it writes its answer
+    (AggAgent's idea: look into the candidates with tools instead of reading them all at once); its tools
+    see the candidates it read (:func:`~scaffold.tools.candidate_tools`), so its prompt need not show
+    ``{candidates}``.
 
     Examples:
         >>> import scaffold as sf
@@ -299,7 +305,7 @@ def aggregate(
     return _call_node("aggregate", prompt=prompt, model=model, items=node, selector=selector, samples=samples,
                       system=system, context=context, params=params, extract=extract, render=render,
                       logprobs=logprobs, name=name, on_error=on_error, single=single,
-                      agent=None if tools is None else (tools, max_turns, token_budget))
+                      agent=None if tools is None else (tools, max_turns, token_budget, context_budget))
 
 
 def agent(
@@ -310,6 +316,7 @@ def agent(
     n: int = 1,
     max_turns: int = 10,
     token_budget: int | None = None,
+    context_budget: int | None = None,
     system: str | Template | None = None,
     context: Mapping[str, SetLike] | None = None,
     params: Mapping[str, Any] | None = None,
@@ -324,7 +331,8 @@ def agent(
 
     Each turn is a recorded model trace reading the turns and tool results before it; each tool call is a
     trace of kind ``tool``. The agent's trace, the one votes and aggregations read, is its last turn. The
-    turn ``max_turns`` (or the first after ``token_budget`` tokens were spent) is sent with
+    turn ``max_turns`` (or the first after ``token_budget`` tokens were spent, or the first after a turn
+    whose conversation, prompt and completion, reached ``context_budget`` tokens) is sent with
     ``tool_choice="none"``: a model that still calls a tool then fails the agent with
     :class:`~scaffold.AgentLimitError` (under ``on_error``). A tool's failure is shown to the model as the
     tool's answer and recorded on its trace; it never fails the run.
@@ -345,4 +353,4 @@ def agent(
         raise SubsetSizeError(f"sf.agent(): n must be an integer of at least 1, got {n!r}")
     return _call_node("agent", prompt=prompt, model=model, items=None, selector=None, samples=n, system=system,
                       context=context, params=params, extract=extract, render=None, logprobs=logprobs, name=name,
-                      on_error=on_error, single=n == 1, agent=(tools, max_turns, token_budget))
+                      on_error=on_error, single=n == 1, agent=(tools, max_turns, token_budget, context_budget))

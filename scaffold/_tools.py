@@ -53,6 +53,8 @@ from scaffold._limits import InFlightLimit
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from scaffold._types import Trace
+
 __all__ = ["Tool", "ToolContext", "ToolOutcome", "current_tool_call", "tool", "tool_result_text"]
 
 DEFAULT_MAX_RESULT_CHARS = 20_000
@@ -91,6 +93,10 @@ class ToolContext:
     """The run's models by alias (a graph tool runs its sub-run on them)."""
     store: Any = None
     """The store the run records to (``None`` when it records nothing)."""
+    candidates: tuple[Trace, ...] = ()
+    """The candidates an aggregating agent (``sf.aggregate(..., tools=...)``) read, in the order it read them
+    (what ``{candidates}`` would show); empty for a plain ``sf.agent``. The candidate tools
+    (:func:`scaffold.tools.candidate_tools`) read them."""
 
 
 _CURRENT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar("scaffold_tool_call", default=None)

@@ -124,8 +124,16 @@ def test_agents_benchmark_ends_with_its_json_keys() -> None:
         "bench": str, "turn_overhead_ratio": NUMBER, "turn_overhead_ms": NUMBER, "tool_dispatch_us": NUMBER,
         "parallel_tools_speedup": NUMBER, "agent_turn_ms": NUMBER, "raw_turn_ms": NUMBER, "tool_call_us": NUMBER,
         "parallel_tools_s": NUMBER, "sequential_tools_s": NUMBER, "turns": int, "conversations": int,
-        "targets": dict, "meets": dict, "meets_targets": bool})
+        "targets": dict, "meets": dict, "meets_targets": bool, "long_set_agg_accuracy": NUMBER,
+        "long_set_plain_accuracy": NUMBER, "long_set_problems": int, "long_set_candidates": int,
+        "long_set_plain_errors": int, "long_set_plain_context_errors": int, "long_set_context_window": int,
+        "long_set_context_budget": int})
     assert figures["bench"] == "agents" and figures["turns"] == 3 and figures["conversations"] == 20
+    # the long set: 64 candidates do not fit the context window inlined, and the tool-using aggregator still reads them
+    assert figures["long_set_candidates"] == 64 and figures["long_set_problems"] >= 1
+    assert figures["long_set_plain_accuracy"] == 0
+    assert figures["long_set_plain_context_errors"] == figures["long_set_plain_errors"] == figures["long_set_problems"]
+    assert figures["long_set_agg_accuracy"] > 0.5
     assert figures["turn_overhead_ratio"] == pytest.approx(figures["agent_turn_ms"] / figures["raw_turn_ms"],
                                                            rel=1e-3)
     assert figures["turn_overhead_ms"] == pytest.approx(figures["agent_turn_ms"] - figures["raw_turn_ms"], abs=1e-3)

@@ -103,6 +103,7 @@ def fire_call(run: RunContext, job: CallJob) -> None:
     if job.group and not read:
         run.node_failed(node, outs, index, EmptyInputError(f"every member read by {node.name!r} failed"))
         return
+    read_members = len(read)  # the candidates: what it read before the context traces join them
     values, seed_part = _constants(run, node)
     if read or node.context:
         values = dict(values)
@@ -125,7 +126,8 @@ def fire_call(run: RunContext, job: CallJob) -> None:
     )
     send = run.stream_sender(node.alias or "", node, index) if plan.streamed else plan.send
     if isinstance(node, AgentNode):
-        run.start(run_agent(run, node, send, request, tuple([t.id for t in read]), outs[0], index))
+        run.start(run_agent(run, node, send, request, tuple([t.id for t in read]), outs[0], index,
+                            candidates=tuple(read[:read_members])))
         return
     run.start(call(run, node, send, request, tuple([t.id for t in read]), outs, index))
 

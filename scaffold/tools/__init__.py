@@ -1,4 +1,5 @@
-"""Ready tools for agents: a calculator, a sandboxed Python executor, and the tools of any MCP server.
+"""Ready tools for agents: a calculator, a sandboxed Python executor, the tools of any MCP server, and tools that
+read an aggregating agent's candidates (:func:`candidate_tools`).
 
 Examples:
     >>> import scaffold as sf
@@ -11,6 +12,7 @@ Examples:
 """
 
 from scaffold.tools._calculator import CalculatorError, calculator, evaluate
+from scaffold.tools._candidates import CiteTool, candidate_tools
 from scaffold.tools._mcp import MCPServer, MCPTool
 from scaffold.tools._named import named_tools
 from scaffold.tools._python import PythonExecutor, network_isolated, python_executor
@@ -25,4 +27,6 @@ __all__ = [
     "MCPServer",
     "MCPTool",
     "named_tools",
+    "candidate_tools",
+    "CiteTool",
 ]

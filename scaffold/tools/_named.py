@@ -1,6 +1,7 @@
 """Tools by name, for configuration files and the command line (``scaffold serve``'s ``tools`` parameter).
 
 - ``"calculator"``, ``"python"``: the built-in tools;
+- ``"candidates"``: the tools that read an aggregating agent's candidates (:func:`~scaffold.tools.candidate_tools`);
 - ``"mcp:<command>"``: every tool of the MCP server that command starts (over stdio), listed when named;
 - ``"mcp+http://..."`` / ``"mcp+https://..."``: every tool of a streamable HTTP MCP server;
 - ``"module:attribute"``: a :class:`~scaffold.Tool`, a function (made a tool), or a list of them.
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from scaffold._errors import GraphDefinitionError
 from scaffold._tools import Tool, tool
 from scaffold.tools._calculator import calculator
+from scaffold.tools._candidates import candidate_tools
 from scaffold.tools._mcp import MCPServer
 from scaffold.tools._python import python_executor
 
@@ -38,13 +40,15 @@ def _named(name: str) -> list[Tool]:
         return [calculator]
     if name == "python":
         return [python_executor()]
+    if name == "candidates":
+        return candidate_tools()
     if name.startswith("mcp:"):
         return list(MCPServer(name.removeprefix("mcp:")).tools())
     if name.startswith(("mcp+http://", "mcp+https://")):
         return list(MCPServer(url=name.removeprefix("mcp+")).tools())
     module, _, attribute = name.partition(":")
     if not module or not attribute:
-        raise GraphDefinitionError(f"unknown tool {name!r}: use calculator, python, mcp:<command>, "
+        raise GraphDefinitionError(f"unknown tool {name!r}: use calculator, python, candidates, mcp:<command>, "
                                    f"mcp+http(s)://<url> or module:attribute")
     try:
         value = getattr(importlib.import_module(module), attribute)
