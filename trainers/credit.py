@@ -64,6 +64,7 @@ from typing import Any, NamedTuple
 from scaffold._answers import equivalent
 from scaffold._rules import cluster_answers
 from scaffold._types import Status, Trace, TraceKind
+from trainers.episodes import fold, unfold
 from trainers.types import Credited
 
 Scheme = Callable[..., list[Credited]]
@@ -322,12 +323,16 @@ def register_scheme(name: str, fn: Scheme) -> None:
 
 
 def assign_credit(
-    traces: Sequence[Trace], rewards: Mapping[str, float], *, scheme: str = "spiral", **options: Any
+    traces: Sequence[Trace], rewards: Mapping[str, float], *, scheme: str = "spiral", turn_discount: float = 1.0,
+    **options: Any
 ) -> list[Credited]:
     """One :class:`Credited` per trainable trace that gets a gradient, by the named scheme.
 
     ``rewards`` maps trace id → reward (see :func:`trainers.rewards.rewards_from`); ``options``
     go to the scheme (``scale_by_std``, ``eps``; SPIRAL also ``aggregate_weight``, ``search_weight``).
+    Agents are credited per episode (:mod:`trainers.episodes`): the scheme sees each agent's final
+    trace reading its external inputs, and every turn of the agent gets the agent's advantage times
+    ``turn_discount ** (turns after it)``.
 
     Examples:
         >>> ts = [Trace(id=f"r/s#{i}", run_id="r", node="s", index=i, token_ids=(1,)) for i in range(2)]
@@ -337,7 +342,10 @@ def assign_credit(
     fn = SCHEMES.get(scheme)
     if fn is None:
         raise ValueError(f"unknown credit scheme {scheme!r}; known schemes: {', '.join(sorted(SCHEMES))}")
-    return fn(traces, rewards, **options)
+    folded, found = fold(traces)
+    if not found:
+        return fn(traces, rewards, **options)
+    return unfold(fn(folded, rewards, **options), found, turn_discount=turn_discount)  # type: ignore[return-value]
 
 
 # ----- AggLM data mix ----------------------------------------------------------------------------

@@ -37,6 +37,7 @@ import scaffold as sf
 from scaffold._sync import no_running_loop
 from scaffold.store import DEFAULT, resolve_store
 from trainers.credit import agglm_select, assign_credit
+from trainers.episodes import external_inputs
 from trainers.rewards import math_reward, rewards_from
 from trainers.rollouts import LocalRollouts, RolloutSource
 from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy
@@ -65,6 +66,9 @@ class LoopConfig:
     problems_per_step: int = 8
     scheme: str = "spiral"
     """Credit assignment scheme (see :data:`trainers.credit.SCHEMES`)."""
+    turn_discount: float = 1.0
+    """An agent's turn ``t`` of ``T`` gets its episode's advantage times this to the power ``T - t``
+    (see :mod:`trainers.episodes`; 1: every turn shares the final reward's credit)."""
     roles: tuple[str, ...] = ROLES
     """Which roles are trained: ``("aggregate",)`` trains the aggregator only."""
     easy_fraction: float | None = None
@@ -147,7 +151,8 @@ def credit_runs(
     """
     items: list[Credited] = []
     for traces, rewards, answer in runs:
-        credited = [c for c in assign_credit(traces, rewards, scheme=config.scheme) if c.role in config.roles]
+        credited = [c for c in assign_credit(traces, rewards, scheme=config.scheme,
+                                                   turn_discount=config.turn_discount) if c.role in config.roles]
         # a run's traces arrive in the order its calls finished (or were reused on resume): fix one order
         credited.sort(key=lambda c: (c.trace.node, c.trace.index))
         if config.easy_fraction is not None:
@@ -168,12 +173,12 @@ def _agglm_filter(traces: Sequence[sf.Trace], answer: str, credited: list[Credit
     by_id = {t.id: t for t in traces}
     sets: list[tuple[str, ...]] = []
     for item in credited:
-        key = tuple(sorted(item.trace.inputs))
+        key = tuple(sorted(external_inputs(item.trace)))
         if item.role == "aggregate" and key not in sets:
             sets.append(key)
     answers = [[by_id[i].answer for i in key if i in by_id] for key in sets]
     keep = {sets[i] for i in agglm_select(answers, answer, easy_fraction=easy_fraction, rng=rng)}
-    return [c for c in credited if c.role != "aggregate" or tuple(sorted(c.trace.inputs)) in keep]
+    return [c for c in credited if c.role != "aggregate" or tuple(sorted(external_inputs(c.trace))) in keep]
 
 
 def train_step(

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from scaffold._answers import equivalent
 from scaffold._types import Trace, TraceKind
+from trainers.episodes import turn_of
 
 RewardFn = Callable[[Trace, str], float]
 """``reward_fn(trace, reference) -> float``."""
@@ -32,6 +33,9 @@ def rewards_from(
 ) -> dict[str, float]:
     """Reward every model trace: trace id → ``reward_fn(trace, reference)``; rule and external traces get none.
 
+    An agent's turns before its last have no answer and get no reward: the agent's final trace has it
+    (:mod:`trainers.episodes` credits the turns from it).
+
     ``answer`` is the reference of every trace, or a mapping run id → reference when the traces
     come from runs of different problems (a run missing from the mapping raises ``KeyError``).
 
@@ -42,7 +46,7 @@ def rewards_from(
     """
     out: dict[str, float] = {}
     for trace in traces:
-        if trace.kind is not TraceKind.MODEL:
+        if trace.kind is not TraceKind.MODEL or turn_of(trace) is not None:
             continue
         reference = answer if isinstance(answer, str) else answer[trace.run_id]
         out[trace.id] = float(reward_fn(trace, reference))

@@ -32,6 +32,16 @@ Needs the ``train`` extra (torch, transformers, tokenizers) to build or run the 
 and the prompts need nothing.
 """
 
+from scaffold.pocket._agent import (
+    AGENT_PROMPT,
+    AGENT_TEMPLATE,
+    AgentReport,
+    AgentScores,
+    PocketAgentConfig,
+    build_pocket_agent,
+    evaluate_agent,
+    pocket_agent,
+)
 from scaffold.pocket._cache import cache_root, load_report, pocket_model, pocket_task
 from scaffold.pocket._config import BuildReport, PocketConfig
 from scaffold.pocket._evaluate import PocketScores, evaluate_pocket, score_pocket
@@ -65,4 +75,13 @@ __all__ = [
     "PocketScores",
     "load_report",
     "format_report",
+    # the pocket agent: long sums with a calculator
+    "AGENT_PROMPT",
+    "AGENT_TEMPLATE",
+    "PocketAgentConfig",
+    "AgentReport",
+    "AgentScores",
+    "build_pocket_agent",
+    "pocket_agent",
+    "evaluate_agent",
 ]

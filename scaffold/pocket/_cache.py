@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,22 @@ def pocket_model(
     from scaffold.pocket._train import build_pocket_model
 
     config = config or PocketConfig()
-    root = cache_root(cache_dir)
-    target = root / config.fingerprint()
+    return cached_build(cache_root(cache_dir) / config.fingerprint(),
+                        lambda building: build_pocket_model(building, config, progress=progress), rebuild=rebuild)
+
+
+def cached_build(target: Path, build: Callable[[Path], object], *, rebuild: bool = False) -> Path:
+    """``target`` once complete (it holds :data:`REPORT`): built by ``build(directory)`` unless it already is.
+
+    The build writes into a fresh temporary directory beside ``target``, renamed into place when complete.
+    """
     if (target / REPORT).is_file() and not rebuild:
         return target
+    root = target.parent
     root.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{target.name}-building-", dir=root))
     try:
-        build_pocket_model(building, config, progress=progress)
+        build(building)
         if target.exists() and (rebuild or not (target / REPORT).is_file()):
             stale = Path(tempfile.mkdtemp(prefix=f".{target.name}-stale-", dir=root))
             target.rename(stale / "model")  # replaced, or left incomplete by a crashed build
@@ -87,8 +96,8 @@ def pocket_task(path: str | os.PathLike[str]) -> PocketTask:
     try:
         meta = json.loads(meta_path.read_text())
         config = meta["config"]
-        if meta.get("kind") != "pocket":
-            raise ValueError(f"kind is {meta.get('kind')!r}, not 'pocket'")
+        if meta.get("kind") not in ("pocket", "pocket-agent"):
+            raise ValueError(f"kind is {meta.get('kind')!r}, not 'pocket' or 'pocket-agent'")
         return PocketTask(digits=int(config["digits"]), terms=int(config["terms"]))
     except FileNotFoundError:
         raise ValueError(f"{path} is not a pocket model directory: it has no scaffold.json") from None
