@@ -1,4 +1,5 @@
-"""The session's two pocket builds, run in the background while other tests (or lint) run.
+"""The session's pocket builds (the quick model, the default one, the pocket agent), run in the background
+while other tests (or lint) run.
 
 Building the quick pocket model takes under a minute and the default one two to four alone on two cores;
 run where a test first asks for them, they would add four minutes to the suite. So they run in the
@@ -36,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_NICE = 0
 """The quick build is waited for early (the vLLM and CLI tests): it runs at the tests' priority."""
+AGENT_NICE = 5
+"""The pocket agent (about two minutes) is waited for mid-suite: a little below the tests' priority."""
 DEFAULT_NICE = 19
 """The default build is waited for last (its test runs at the end): it takes the CPU the tests leave idle."""
 ENV = "SCAFFOLD_TEST_BUILDS"
@@ -141,11 +144,17 @@ class Builds:
         self.default = Build([sys.executable, "-c", "import sys\nfrom scaffold.pocket import PocketConfig, "
                               "build_pocket_model\nbuild_pocket_model(sys.argv[1], PocketConfig(), progress=False)",
                               str(self.default_dir)], DEFAULT_NICE, self.root / "default-logs")
+        self.agent = Build([sys.executable, "-c", "import sys\nfrom scaffold.pocket import pocket_agent\n"
+                            "pocket_agent(sys.argv[1], progress=False)", str(self.quick_cache)], AGENT_NICE,
+                           self.root / "agent-logs")
+        """The default pocket agent, into the quick build's cache (where ``pocket_agent(cache)`` finds it)."""
 
-    def start(self, *, quick: bool, default: bool) -> None:
+    def start(self, *, quick: bool, default: bool, agent: bool = False) -> None:
         """Start the builds the collected tests need (a build started already is left as it is)."""
         if quick:
             self.quick.start()
+        if agent:
+            self.agent.start()
         if default:
             self.default.start()
 
@@ -157,6 +166,7 @@ class Builds:
 
     def stop(self) -> None:
         self.quick.stop()
+        self.agent.stop()
         self.default.stop()
 
 
@@ -175,7 +185,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] in ("start", "stop"):
         builds = Builds(argv[1])
         if argv[0] == "start":
-            builds.start(quick=True, default=True)
+            builds.start(quick=True, default=True, agent=True)
         else:
             builds.stop()
         return 0

@@ -247,7 +247,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     _seed_hypothesis_tests(items)
     used = {name for item in items for name in getattr(item, "fixturenames", ())}
     BUILDS.start(quick=bool(used & {"pocket_quick_build", "pocket_quick", "grpo_learning"}),
-                 default="pocket_default" in used)
+                 default="pocket_default" in used, agent="pocket_agent_build" in used)
     ray_modules = {item.path for item in items if _uses(item, "ray_local")}
     first_ray = next((i for i, item in enumerate(items) if item.path in ray_modules), len(items))
     position = {id(item): i for i, item in enumerate(items)}  # whole modules move; everything else keeps its order
@@ -309,6 +309,17 @@ def grpo_learning(pocket_quick: tuple[Path, Any], tmp_path_factory: pytest.TempP
 
     path, _ = pocket_quick
     return grpo_learning_run(path, log_path=str(tmp_path_factory.mktemp("grpo") / "log.jsonl"))
+
+
+@pytest.fixture(scope="session")
+def pocket_agent_build() -> tuple[Path, Path]:
+    """The default pocket agent (``pocket_agent()``), built once per session in the background (about two minutes
+    alone on two cores). Returns ``(cache, directory)``: a command given ``SCAFFOLD_CACHE=cache`` finds it."""
+    from scaffold.pocket import PocketAgentConfig
+
+    returncode, _, err = BUILDS.agent.result()
+    assert returncode == 0, err[-3000:]
+    return BUILDS.quick_cache, BUILDS.quick_cache / "pocket" / f"agent-{PocketAgentConfig().fingerprint()}"
 
 
 @pytest.fixture(scope="session")

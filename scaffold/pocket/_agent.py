@@ -141,6 +141,10 @@ class AgentScores:
     """Success among the problems it worked by hand (0 when it always called)."""
     per_problem: tuple[int, ...] = ()
     """1 or 0 per problem, in the rows' order (for paired comparisons)."""
+    failed: int = 0
+    """Runs that ended in an error (a backend's, or the agent's turns running out): counted as wrong."""
+    errors: tuple[str, ...] = ()
+    """The first few of their errors."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -330,6 +334,7 @@ def evaluate_agent(model: Any, rows: Sequence[dict[str, str]], *, temperature: f
     models = {"agent": Model(backend)}
     results = run_released(_map(solve, rows, models, seed), models)
     hits, used = [], []
+    errors = [str(result.error) for result in results if not result.ok]
     for row, result in zip(rows, results):
         answer = result.output.answer if result.ok and result.output is not None else None
         hits.append(int(equivalent(answer, row["answer"])))
@@ -337,7 +342,8 @@ def evaluate_agent(model: Any, rows: Sequence[dict[str, str]], *, temperature: f
     with_tool = [h for h, u in zip(hits, used) if u]
     by_hand = [h for h, u in zip(hits, used) if not u]
     return AgentScores(problems=len(rows), success=_share(hits), tool_use=_share([int(u) for u in used]),
-                       tool_success=_share(with_tool), direct_success=_share(by_hand), per_problem=tuple(hits))
+                       tool_success=_share(with_tool), direct_success=_share(by_hand), per_problem=tuple(hits),
+                       failed=len(errors), errors=tuple(errors[:5]))
 
 
 async def _map(solve: Any, rows: Sequence[dict[str, str]], models: dict[str, Any], seed: int) -> list[Any]:
@@ -353,4 +359,4 @@ def _share(values: Sequence[int]) -> float:
 
 def _figures(scores: AgentScores) -> dict[str, float]:
     return {"problems": scores.problems, "success": scores.success, "tool_use": scores.tool_use,
-            "tool_success": scores.tool_success, "direct_success": scores.direct_success}
+            "tool_success": scores.tool_success, "direct_success": scores.direct_success, "failed": scores.failed}
