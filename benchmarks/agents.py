@@ -35,10 +35,17 @@ The last line is one JSON object: ``bench``, ``turn_overhead_ratio``, ``turn_ove
 ``tool_dispatch_us``, ``parallel_tools_speedup``, with the figures beside them and ``targets``/``meets``, and
 ``long_set_agg_accuracy``, ``long_set_plain_accuracy``, ``long_set_problems``, ``long_set_candidates``,
 ``long_set_plain_errors``, ``long_set_plain_context_errors`` (with ``long_set_context_window`` and
-``long_set_context_budget`` beside them).
+``long_set_context_budget`` beside them), and the pocket agent's training: ``pocket_agent_before``,
+``pocket_agent_after``, ``pocket_agent_ci95`` and ``seeds`` (with ``pocket_agent_runs``, per seed).
+
+- **pocket agent training.** ``benchmarks/agent_training.py``'s experiment (its docstring states the protocol):
+  the pocket agent built from scratch per seed, GRPO over 8 parallel calculator agents per problem for 12 steps,
+  held-out success on 200 test problems before and after, seeds 0, 1 and 2, a bootstrap interval of the gain.
+  ``--quick``: seed 0, 4 steps, 64 problems. ``--no-pocket`` leaves it out.
 
 Usage: python benchmarks/agents.py [--quick] [--turns 4] [--conversations 200] [--dispatch-calls 20000]
        [--long-problems 20] [--long-candidates 64] [--context-window 2048] [--context-budget 1600]
+       [--pocket-seeds 0 1 2] [--pocket-steps 12] [--pocket-eval 200] [--no-pocket]
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ import statistics
 import time
 from collections import Counter
 from typing import Any
+
+import agent_training  # this directory's: the pocket agent's training experiment
 
 import graphs
 import scaffold as sf
@@ -292,6 +301,8 @@ def main() -> None:
     parser.add_argument("--long-candidates", type=int, default=64)
     parser.add_argument("--context-window", type=int, default=2048)
     parser.add_argument("--context-budget", type=int, default=1600)
+    agent_training.add_arguments(parser, prefix="pocket-")
+    parser.add_argument("--no-pocket", action="store_true", help="leave out the pocket agent's training")
     args = parser.parse_args()
     if args.quick:
         args.conversations, args.rounds, args.dispatch_calls, args.long_problems = 20, 2, 2_000, 4
@@ -309,6 +320,10 @@ def main() -> None:
     print(f"long set ({figures['long_set_problems']} problems x {figures['long_set_candidates']} candidates, "
           f"context {args.context_window}): agg_agent {figures['long_set_agg_accuracy']:.2f}, plain aggregation "
           f"{figures['long_set_plain_accuracy']:.2f} ({figures['long_set_plain_context_errors']} context errors)")
+    if not args.no_pocket:
+        figures.update(agent_training.experiment(args))
+        print(f"pocket agent (seeds {figures['seeds']}): held-out success {figures['pocket_agent_before']:.3f} -> "
+              f"{figures['pocket_agent_after']:.3f}, 95% interval of the gain {figures['pocket_agent_ci95']}")
     meets = {"turn_overhead_ratio": figures["turn_overhead_ratio"] <= TARGETS["turn_overhead_ratio"],
              "tool_dispatch_us": figures["tool_dispatch_us"] <= TARGETS["tool_dispatch_us"],
              "parallel_tools_speedup": figures["parallel_tools_speedup"] >= TARGETS["parallel_tools_speedup"]}

@@ -116,9 +116,11 @@ def test_serve_benchmark_ends_with_its_json_keys() -> None:
     assert figures["soak_runs_match"] and figures["soak_good_failed"] == 0 and figures["soak_bad_other"] == 0
 
 
-def test_agents_benchmark_ends_with_its_json_keys() -> None:
-    """benchmarks/agents.py --quick prints one JSON line with the keys the agents issue names, each measured."""
-    out = run("benchmarks/agents.py", "--quick", "--turns", "3")
+def test_agents_benchmark_ends_with_its_json_keys(pocket_agent_build: tuple[Path, Path]) -> None:
+    """benchmarks/agents.py --quick prints one JSON line with the keys the agents issues name, each measured; its
+    pocket agent part (``benchmarks/agent_training.py``'s experiment) trains the session's pocket agent."""
+    cache, _ = pocket_agent_build
+    out = run("benchmarks/agents.py", "--quick", "--turns", "3", env={"SCAFFOLD_CACHE": str(cache)})
     figures = last_json(out)
     check_keys(figures, {
         "bench": str, "turn_overhead_ratio": NUMBER, "turn_overhead_ms": NUMBER, "tool_dispatch_us": NUMBER,
@@ -127,13 +129,23 @@ def test_agents_benchmark_ends_with_its_json_keys() -> None:
         "targets": dict, "meets": dict, "meets_targets": bool, "long_set_agg_accuracy": NUMBER,
         "long_set_plain_accuracy": NUMBER, "long_set_problems": int, "long_set_candidates": int,
         "long_set_plain_errors": int, "long_set_plain_context_errors": int, "long_set_context_window": int,
-        "long_set_context_budget": int})
+        "long_set_context_budget": int, "pocket_agent_before": NUMBER, "pocket_agent_after": NUMBER,
+        "pocket_agent_ci95": list, "seeds": list, "pocket_agent_runs": list, "pocket_agent_protocol": dict,
+        "pocket_agent_seconds": NUMBER})
     assert figures["bench"] == "agents" and figures["turns"] == 3 and figures["conversations"] == 20
     # the long set: 64 candidates do not fit the context window inlined, and the tool-using aggregator still reads them
     assert figures["long_set_candidates"] == 64 and figures["long_set_problems"] >= 1
     assert figures["long_set_plain_accuracy"] == 0
     assert figures["long_set_plain_context_errors"] == figures["long_set_plain_errors"] == figures["long_set_problems"]
     assert figures["long_set_agg_accuracy"] > 0.5
+    # the pocket agent: one seed, 4 GRPO steps over its own calculator rollouts, measured on 64 held-out problems
+    [seed] = figures["pocket_agent_runs"]
+    assert figures["seeds"] == [0] and seed["steps"] == 4 and seed["before"]["problems"] == 64
+    assert figures["pocket_agent_before"] == round(seed["before"]["success"], 4)
+    assert figures["pocket_agent_after"] == round(seed["after"]["success"], 4)
+    low, high = figures["pocket_agent_ci95"]
+    assert low <= figures["pocket_agent_after"] - figures["pocket_agent_before"] <= high
+    assert seed["after"]["tool_use"] > seed["before"]["tool_use"]  # it learned to reach for its calculator
     assert figures["turn_overhead_ratio"] == pytest.approx(figures["agent_turn_ms"] / figures["raw_turn_ms"],
                                                            rel=1e-3)
     assert figures["turn_overhead_ms"] == pytest.approx(figures["agent_turn_ms"] - figures["raw_turn_ms"], abs=1e-3)

@@ -345,7 +345,7 @@ def assign_credit(
     folded, found = fold(traces)
     if not found:
         return fn(traces, rewards, **options)
-    return unfold(fn(folded, rewards, **options), found, turn_discount=turn_discount)  # type: ignore[return-value]
+    return unfold(fn(folded, rewards, **options), found, turn_discount=turn_discount)
 
 
 # ----- AggLM data mix ----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scaffold._types import Status, Trace, TraceKind
+from trainers.types import Credited
 
 __all__ = ["Episode", "episodes", "external_inputs", "fold", "turn_of", "unfold"]
 
@@ -139,20 +140,18 @@ def fold(traces: Sequence[Trace]) -> tuple[list[Trace], dict[str, Episode]]:
     return folded, found
 
 
-def unfold(credited: Sequence[Trace | object], found: Mapping[str, Episode], *,
-           turn_discount: float = 1.0) -> list[object]:
+def unfold(credited: Sequence[Credited], found: Mapping[str, Episode], *,
+           turn_discount: float = 1.0) -> list[Credited]:
     """Each credited final trace of an episode preceded by its turns, credited ``advantage * discount ** (T - t)``.
 
-    ``credited`` holds :class:`~trainers.types.Credited` items (typed loosely: this module imports no
-    trainer types); an episode whose end the policy is not answerable for (see :attr:`Episode.trained`)
-    is dropped, and a stand-in final trace (an ``AgentLimitError``) is not itself trained.
+    An episode whose end the policy is not answerable for (see :attr:`Episode.trained`) is dropped, and a
+    stand-in final trace (an ``AgentLimitError``) is not itself trained.
     """
     if not 0.0 <= turn_discount <= 1.0:
         raise ValueError(f"turn_discount must be in [0, 1], got {turn_discount}")
-    out: list[object] = []
+    out: list[Credited] = []
     for item in credited:
-        trace: Trace = item.trace  # type: ignore[attr-defined]
-        episode = found.get(trace.id)
+        episode = found.get(item.trace.id)
         if episode is None:
             out.append(item)
             continue
@@ -162,10 +161,9 @@ def unfold(credited: Sequence[Trace | object], found: Mapping[str, Episode], *,
         for turn in episode.turns:
             place = turn_of(turn)
             distance = last - (place[1] if place else last)
-            advantage = item.advantage * turn_discount**distance  # type: ignore[attr-defined]
-            out.append(dataclasses.replace(item, trace=turn, advantage=advantage))  # type: ignore[type-var]
+            out.append(dataclasses.replace(item, trace=turn, advantage=item.advantage * turn_discount**distance))
         if episode.final.status is Status.OK:
-            out.append(dataclasses.replace(item, trace=episode.final))  # type: ignore[type-var]
+            out.append(dataclasses.replace(item, trace=episode.final))
     return out
 
 

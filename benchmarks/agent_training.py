@@ -25,9 +25,10 @@ Protocol (fixed before the runs; nothing tuned on held-out problems):
   (:func:`scaffold.evaluation.seeds_bootstrap_ci`).
 
 Last line: one JSON object with ``bench``, ``pocket_agent_before`` and ``pocket_agent_after`` (mean success
-over seeds), ``pocket_agent_ci95`` ([low, high] of the improvement), ``seeds``, and per seed its figures.
+over seeds), ``pocket_agent_ci95`` ([low, high] of the improvement), ``seeds``, and per seed its figures
+(``pocket_agent_runs``). ``benchmarks/agents.py`` runs it too and reports the same keys.
 
-Usage: python benchmarks/pocket_agent.py [--seeds 0 1 2] [--steps 12] [--problems 8] [--agents 8]
+Usage: python benchmarks/agent_training.py [--seeds 0 1 2] [--steps 12] [--problems 8] [--agents 8]
        [--eval 200] [--lr 1e-3] [--quick]
 """
 
@@ -92,34 +93,43 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
             "difference": [a - b for a, b in zip(after.per_problem, before.per_problem)]}
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--problems", type=int, default=8)
-    parser.add_argument("--agents", type=int, default=8)
-    parser.add_argument("--eval", type=int, default=200)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--build-steps", type=int, default=0, help="build steps of the agent (0: the default)")
-    parser.add_argument("--quick", action="store_true", help="one seed, 4 steps, 64 held-out problems")
-    args = parser.parse_args(argv)
+def experiment(args: argparse.Namespace) -> dict[str, Any]:
+    """Every seed's run and the figures over them (``args`` as :func:`parser` reads them)."""
     if args.quick:
         args.seeds, args.steps, args.eval = args.seeds[:1], min(args.steps, 4), min(args.eval, 64)
     started = time.perf_counter()
     runs = [run_seed(seed, args) for seed in args.seeds]
     differences = [run.pop("difference") for run in runs]
     _, low, high = seeds_bootstrap_ci(differences)
-    figures = {
-        "bench": "pocket_agent",
+    return {
         "pocket_agent_before": round(sum(r["before"]["success"] for r in runs) / len(runs), 4),
         "pocket_agent_after": round(sum(r["after"]["success"] for r in runs) / len(runs), 4),
         "pocket_agent_ci95": [round(low, 4), round(high, 4)],
-        "seeds": args.seeds,
-        "runs": runs,
-        "protocol": {"steps": args.steps, "problems_per_step": args.problems, "agents": args.agents,
-                     "eval_problems": args.eval, "lr": args.lr},
-        "seconds": round(time.perf_counter() - started, 1),
+        "seeds": list(args.seeds),
+        "pocket_agent_runs": runs,
+        "pocket_agent_protocol": {"steps": args.steps, "problems_per_step": args.problems, "agents": args.agents,
+                                  "eval_problems": args.eval, "lr": args.lr},
+        "pocket_agent_seconds": round(time.perf_counter() - started, 1),
     }
+
+
+def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """This experiment's options (``prefix`` names them inside another benchmark's command line)."""
+    parser.add_argument(f"--{prefix}seeds", dest="seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(f"--{prefix}steps", dest="steps", type=int, default=12)
+    parser.add_argument(f"--{prefix}problems", dest="problems", type=int, default=8)
+    parser.add_argument(f"--{prefix}agents", dest="agents", type=int, default=8)
+    parser.add_argument(f"--{prefix}eval", dest="eval", type=int, default=200)
+    parser.add_argument(f"--{prefix}lr", dest="lr", type=float, default=1e-3)
+    parser.add_argument(f"--{prefix}build-steps", dest="build_steps", type=int, default=0,
+                        help="build steps of the agent (0: the default)")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    add_arguments(parser)
+    parser.add_argument("--quick", action="store_true", help="one seed, 4 steps, 64 held-out problems")
+    figures = {"bench": "agent_training", **experiment(parser.parse_args(argv))}
     print(json.dumps(figures))
     return figures
 
