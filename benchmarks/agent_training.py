@@ -59,7 +59,9 @@ def agents_graph(n: int) -> sf.Graph:
 
     @sf.graph(name="pocket_agents")
     def pocket_agents(problem: str, *, n: int) -> Any:
-        return sf.agent(AGENT_PROMPT, model="agent", tools=[calculator], n=n, max_turns=3, name="agent", logprobs=True)
+        found = sf.agent(AGENT_PROMPT, model="agent", tools=[calculator], n=n, max_turns=3, name="agent",
+                         logprobs=True)
+        return sf.vote(found, name="vote")  # the run's answer, for the step's accuracy (a rule: not trained)
 
     return pocket_agents.build(n=n)
 

@@ -16,7 +16,8 @@ An HTML comment on the line before a block's fence changes that:
   provider's own API, a server that runs until stopped, an install); ``tests/test_docs.py`` keeps the list.
 
 A page that uses the pocket model says so on a line of its own: ``<!-- docs: needs pocket -->`` (the default
-model: ``pocket_model()``) or ``<!-- docs: needs quick pocket -->``. ``python tests/docs_blocks.py PAGE``
+model: ``pocket_model()``), ``<!-- docs: needs quick pocket -->`` or ``<!-- docs: needs pocket agent -->``
+(``pocket_agent()``). ``python tests/docs_blocks.py PAGE``
 runs one page in the environment the test gives it (see ``tests/test_docs.py``).
 """
 
@@ -42,7 +43,7 @@ SHOWN = ("text", "console", "mermaid", "")
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)(?P<lang>[\w+-]*)[^\n]*$")
 MARKER = re.compile(r"^\s*<!--\s*docs:\s*(?P<what>not run|file)\s*(?P<arg>.*?)\s*-->\s*$")
-NEEDS = re.compile(r"^<!--\s*docs:\s*needs\s+(?P<what>quick pocket|pocket)\s*-->\s*$", re.M)
+NEEDS = re.compile(r"^<!--\s*docs:\s*needs\s+(?P<what>quick pocket|pocket agent|pocket)\s*-->\s*$", re.M)
 REPO_PATHS = re.compile(r"(?<![\w/.])(examples|benchmarks|docs)/")
 
 
@@ -94,7 +95,7 @@ def blocks(page: Path) -> list[Block]:
 
 
 def needs(page: Path) -> str:
-    """``"pocket"``, ``"quick pocket"`` or ``""``: the pocket model a page's blocks use."""
+    """``"pocket"``, ``"quick pocket"``, ``"pocket agent"`` or ``""``: the pocket model a page's blocks use."""
     match = NEEDS.search(page.read_text(encoding="utf-8"))
     return match["what"] if match else ""
 

@@ -45,6 +45,8 @@ NOT_RUN: list[tuple[str, str]] = sorted([
     ('docs/guides/models.md', 'starts a vLLM server: needs vLLM and a model, minutes on a CPU'),
     ('docs/guides/recording.md', 'a server that runs until stopped'),
     ('docs/guides/serving.md', 'servers that run until stopped; the blocks below start one from Python instead'),
+    ('docs/guides/training-agents.md',
+     'the experiment: about ten minutes on two cores; its quick form runs in tests/test_examples_and_benchmarks.py'),
     ('docs/guides/training.md', 'each trains for minutes; the Python run above is the quick version'),
     ('docs/guides/training.md', 'starts Ray rollout workers that each load the model and train for 30 steps'),
     ('docs/results/benchmarks.md', 'each benchmark takes minutes; make also installs packages'),
@@ -66,6 +68,7 @@ PAGES = pages()
 PLAIN = [p for p in PAGES if not needs(p)]
 QUICK = [p for p in PAGES if needs(p) == "quick pocket"]
 DEFAULT = [p for p in PAGES if needs(p) == "pocket"]
+AGENT = [p for p in PAGES if needs(p) == "pocket agent"]
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +92,14 @@ def run_page(page: Path, server: OpenAIServer, workdir: Path, cache: Path | None
 
 def pocket_cache(tmp_path: Path, **models: Path) -> Path:
     """A cache directory holding the session's pocket builds where ``pocket_model(config=...)`` looks."""
-    from scaffold.pocket import PocketConfig
+    from scaffold.pocket import PocketAgentConfig, PocketConfig
 
-    configs = {"default": PocketConfig(), "quick": PocketConfig.quick()}
+    names = {"default": PocketConfig().fingerprint(), "quick": PocketConfig.quick().fingerprint(),
+             "agent": f"agent-{PocketAgentConfig().fingerprint()}"}
     root = tmp_path / "cache" / "pocket"
     root.mkdir(parents=True)
     for name, directory in models.items():
-        (root / configs[name].fingerprint()).symlink_to(directory, target_is_directory=True)
+        (root / names[name]).symlink_to(directory, target_is_directory=True)
     return tmp_path / "cache"
 
 
@@ -115,6 +119,12 @@ def test_a_docs_page_on_the_pocket_model_runs_as_written(page: Path, docs_server
                                                           pocket_quick: tuple[Path, Any],
                                                           pocket_default: tuple[Path, Any], tmp_path: Path) -> None:
     run_page(page, docs_server, tmp_path, pocket_cache(tmp_path, quick=pocket_quick[0], default=pocket_default[0]))
+
+
+@pytest.mark.parametrize("page", AGENT, ids=page_id)
+def test_a_docs_page_on_the_pocket_agent_runs_as_written(page: Path, docs_server: OpenAIServer,
+                                                         pocket_agent_build: tuple[Path, Path], tmp_path: Path) -> None:
+    run_page(page, docs_server, tmp_path, pocket_cache(tmp_path, agent=pocket_agent_build[1]))
 
 
 def every_block() -> list[Block]:
