@@ -71,7 +71,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     from trainers.loop import LoopConfig, train_online
     from trainers.policy import Policy, PolicyConfig
 
-    config = PocketAgentConfig(seed=seed, **({"steps": args.build_steps} if args.build_steps else {}))
+    config = PocketAgentConfig(seed=seed, **({"max_steps": args.build_steps} if args.build_steps else {}))
     directory = pocket_agent(config=config, progress=False)
     task = config.task
     held_out = task.problems(args.eval, seed=0, split="test")
@@ -124,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument(f"--{prefix}eval", dest="eval", type=int, default=200)
     parser.add_argument(f"--{prefix}lr", dest="lr", type=float, default=1e-3)
     parser.add_argument(f"--{prefix}build-steps", dest="build_steps", type=int, default=0,
-                        help="build steps of the agent (0: the default)")
+                        help="the agent build's max_steps (0: the default)")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -211,6 +211,7 @@ def test_run_without_torch_says_install_train_or_pass_a_model(tmp_path: Path) ->
 @pytest.mark.parametrize(("args", "extra"), [
     (("run", "single_sample", "--model", "pocket", "--problem", "1+2"), "train"),
     (("pocket", "build", "--quick"), "train"),
+    (("pocket", "agent"), "train"),
     (("train", "--steps", "1"), "train"),
     (("serve", "single_sample", "--model", "openai/gpt-4o-mini", "--check"), "serve"),
     (("ui",), "serve"),

