@@ -303,7 +303,7 @@ def needs(chain: list[tuple[click.Command, dict[str, Any]]]) -> set[str]:
     path = tuple(command.name for command, _ in chain[1:])
     root, (_, params) = chain[0][1], chain[-1]
     found = {"postgres"} if (root.get("target") or "").startswith("postgresql") else set()
-    if path in (("pocket", "build"), ("train",)):
+    if path in (("pocket", "build"), ("pocket", "agent"), ("train",)):
         found.add("train")
     if path in (("serve",), ("ui",)):
         found.add("serve")
