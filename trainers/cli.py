@@ -13,10 +13,41 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from trainers.types import ROLES
+
 if TYPE_CHECKING:
     from scaffold.cli import Registry
 
 TOPOLOGIES = ("spiral", "spiral_rsa", "grpo", "agglm", "aggregator_only")
+
+
+def _sets(context: click.Context, parameter: click.Parameter, value: str | None) -> int | str | None:
+    """``--sets N|all``: a number of subsets, ``"all"`` (every one), or ``None`` when not given."""
+    if value is None or value == "all":
+        return value
+    try:
+        count = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number nor 'all'") from None
+    if count < 1:
+        raise click.BadParameter(f"needs at least 1 set, got {count}")
+    return count
+
+
+def _role_lr(context: click.Context, parameter: click.Parameter, values: tuple[str, ...]) -> dict[str, float]:
+    """``--role-lr ROLE=MULTIPLIER``, repeatable, into ``PolicyConfig.role_lr``."""
+    out: dict[str, float] = {}
+    for value in values:
+        role, _, number = value.partition("=")
+        if role not in ROLES:
+            raise click.BadParameter(f"{value!r}: the role must be one of {', '.join(ROLES)} (ROLE=MULTIPLIER)")
+        try:
+            out[role] = float(number)
+        except ValueError:
+            raise click.BadParameter(f"{value!r}: {number!r} is not a number (ROLE=MULTIPLIER)") from None
+        if not out[role] >= 0:
+            raise click.BadParameter(f"{value!r}: a multiplier must be >= 0 (0 freezes the role)")
+    return out
 
 
 @click.command("train")
@@ -52,11 +83,26 @@ TOPOLOGIES = ("spiral", "spiral_rsa", "grpo", "agglm", "aggregator_only")
               help="Each worker's engine (with --ray).")
 @click.option("--max-lag", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --ray: let rollouts run this many policy versions ahead of the update (0: synchronous).")
+@click.option("--sets", metavar="N|all", callback=_sets,
+              help="--topology spiral: distinct subsets aggregated per problem (default 4); 'all': every one of "
+                   "the C(8, 4) = 70.")
+@click.option("--scale-by-std", is_flag=True,
+              help="Divide each group's advantages by its reward std, as GRPO's paper does (off: Dr. GRPO's "
+                   "argument, a per-problem difficulty bias that amplifies noise with binary rewards).")
+@click.option("--mixed-sets-only", is_flag=True,
+              help="Train an aggregation only when its candidates were neither all right nor all wrong "
+                   "(GenSelect-RL).")
+@click.option("--dynamic-sampling", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Up to N extra rollout rounds a step, replacing problems whose advantages are all 0 (DAPO).")
+@click.option("--role-lr", "role_lr", multiple=True, metavar="ROLE=X", callback=_role_lr,
+              help="A role's learning rate as a multiple of --lr, with its own AdamW state (repeatable; roles: "
+                   "single, search, aggregate; 0 freezes one). Example: --role-lr aggregate=3.")
 @click.pass_obj
 def train(handle: Any, model_dir: Path | None, topology: str, data: str | None, steps: int, problems_per_step: int,
           lr: float, lora_rank: int, kl_coef: float, prompts: str | None, out: Path, offline: bool,
           graph_name: str | None, dataset: str | None, seed: int, ray_address: str | None, workers: int, engine: str,
-          max_lag: int) -> None:
+          max_lag: int, sets: int | str | None, scale_by_std: bool, mixed_sets_only: bool, dynamic_sampling: int,
+          role_lr: dict[str, float]) -> None:
     """Train a local model with set-RL credit assignment on its own graph executions.
 
     Online (the default), each step rolls the topology out with the current weights on a batch of
@@ -76,6 +122,7 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: str | None, 
       scaffold train --model ./my-model --data train.jsonl --prompts generic       # needs scaffold-sdk[train]
       scaffold --store runs.db train --offline --graph spiral --data train.jsonl   # needs scaffold-sdk[train]
       scaffold train --ray --workers 2    # rollouts on a local Ray cluster; needs scaffold-sdk[train,cluster]
+      scaffold train --sets all --dynamic-sampling 2 --role-lr aggregate=3   # needs scaffold-sdk[train]
     """
     from scaffold import load_problems
     from scaffold.pocket import AGGREGATE_PROMPT, SOLVE_PROMPT, pocket_model, pocket_task
@@ -86,6 +133,10 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: str | None, 
 
     if offline and ray_address is not None:
         raise click.UsageError("--ray distributes rollouts; --offline training has none")
+    if sets is not None and topology != "spiral":
+        raise click.UsageError(f"--sets chooses the subsets of --topology spiral; {topology} draws none")
+    if dynamic_sampling and (offline or max_lag):
+        raise click.UsageError("--dynamic-sampling rolls problems out again: online, with --max-lag 0")
     pocket = model_dir is None
     if model_dir is not None and not (model_dir / "config.json").is_file():
         raise click.UsageError(f"--model {model_dir} is not a save_pretrained model directory (no config.json)")
@@ -99,14 +150,19 @@ def train(handle: Any, model_dir: Path | None, topology: str, data: str | None, 
     use_pocket_prompts = (prompts or ("pocket" if pocket else "generic")) == "pocket"
     checkpoint = out / "checkpoint"
     lora = LoraSettings(rank=lora_rank, alpha=2 * lora_rank) if lora_rank else None
-    config = PolicyConfig(lr=lr, lora=lora, kl_coef=kl_coef, seed=seed)
+    config = PolicyConfig(lr=lr, lora=lora, kl_coef=kl_coef, seed=seed, role_lr=role_lr)
     if (checkpoint / CHECKPOINT_FILE).is_file():
         policy = Policy.resume(checkpoint)
         click.echo(f"resumed from {checkpoint} at step {policy.steps_done}")
     else:
         policy = Policy(base, config)
-    chosen = (recipe(topology, prompt=SOLVE_PROMPT, aggregate_prompt=AGGREGATE_PROMPT) if use_pocket_prompts
-              else recipe(topology))
+    options: dict[str, Any] = {"scale_by_std": scale_by_std, "mixed_sets_only": mixed_sets_only,
+                               "dynamic_sampling": dynamic_sampling}
+    if sets is not None:
+        options["sets"] = None if sets == "all" else sets
+    if use_pocket_prompts:
+        options.update(prompt=SOLVE_PROMPT, aggregate_prompt=AGGREGATE_PROMPT)
+    chosen = recipe(topology, **options)
     graph, loop_options = chosen.graph, chosen.loop_options
     loop = LoopConfig(steps=steps, problems_per_step=problems_per_step, seed=seed, log_path=str(out / "log.jsonl"),
                       checkpoint_dir=str(checkpoint), checkpoint_every=5,

@@ -8,8 +8,11 @@ top to bottom:
 2. roll out the graph on them with the current policy as every model alias (recorded in the store),
    wherever the rollout source runs them (:mod:`trainers.rollouts`: this process, or Ray workers);
 3. reward every model trace against the row's answer (math-verify by default) and record the rewards;
-4. assign credit (``scheme``: ``"spiral"``, ``"grpo"``, ``"rloo"``), keep the trained roles and, for
-   the AggLM recipe, only the aggregations of hard sets and a share of easy ones;
+   with ``dynamic_sampling`` (DAPO), roll fresh problems out, for up to that many rounds, in place of
+   those whose runs carry no signal (every credited advantage 0);
+4. assign credit (``scheme``: ``"spiral"``, ``"grpo"``, ``"rloo"``; ``scale_by_std`` divides by each group's
+   std), keep the trained roles and, for the AggLM recipe, only the aggregations of hard sets and a share of
+   easy ones; with ``mixed_sets_only``, only the aggregations of sets of mixed correctness;
 5. update the policy (one optimiser step, gradient accumulation inside);
 6. refresh the rollout engines (nothing to do when one shares the policy's weights);
 7. log the step (console and JSONL) and checkpoint. Besides the update's figures, each step logs per
@@ -38,8 +41,10 @@ from scaffold._sync import no_running_loop
 from scaffold.store import DEFAULT, resolve_store
 from trainers.credit import agglm_select, assign_credit
 from trainers.episodes import external_inputs
+from trainers.journal import LOOP_FILE, Journal
 from trainers.rewards import math_reward, rewards_from
 from trainers.rollouts import LocalRollouts, RolloutSource
+from trainers.selection import has_signal, mixed_sets
 from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy
 from trainers.weights import rollout_version
 
@@ -47,8 +52,6 @@ if TYPE_CHECKING:
     from trainers.distributed import RolloutCluster
 
 Reward = Callable[[sf.Trace, str], float]
-LOOP_FILE = "loop.json"
-"""Beside a checkpoint: the loop's own state (the name its rollouts are recorded under)."""
 """``reward(trace, reference_answer) -> float``."""
 _Row = TypeVar("_Row")
 
@@ -90,6 +93,28 @@ class LoopConfig:
     run_name: str | None = None
     """Rollouts of step ``s`` are recorded as runs ``{run_name}-{s}-{i}``. ``None``: a fresh name per training,
     kept in the checkpoint, so a resumed training reuses the recorded calls of a step it had not finished."""
+    scale_by_std: bool = False
+    """Divide each group's advantages by the std of its rewards, as GRPO's paper does (SPIRAL: the aggregation and
+    single groups; its set advantages are not divided). Off by default, following Dr. GRPO: dividing up-weights the
+    groups that are nearly all right or all wrong (a small std), a bias by each problem's difficulty, and with binary
+    rewards and small groups it amplifies noise. A scheme registered without a ``scale_by_std`` option is only
+    called with it when this is on."""
+    mixed_sets_only: bool = False
+    """Train an aggregation only when the candidates it read were neither all right nor all wrong (GenSelect-RL's
+    mixed-correctness filter, :func:`trainers.selection.mixed_sets`); other roles pass. Applied after credit, so
+    every set still shapes the baselines; ``extra["mixed_dropped"]`` counts the aggregations dropped per step."""
+    dynamic_sampling: int = 0
+    """DAPO's dynamic sampling, online: at most this many extra rollout rounds per step. A run whose credited
+    traces all have advantage 0 carries no signal; each round rolls out as many fresh problems as the step lacks
+    runs with signal, drawn from a generator seeded by (``seed``, step, round), so a resumed training draws the
+    same. The step then trains on ``problems_per_step`` runs: those with signal, topped up, if the rounds ran out,
+    with runs without (they add nothing to the gradient). Logs ``extra["refilled"]`` (problems rolled out again)
+    and ``extra["zero_signal_runs"]`` (runs of the step's first round without signal). Needs a rollout source with
+    ``max_lag`` 0. 0: off."""
+
+    def __post_init__(self) -> None:
+        if self.dynamic_sampling < 0:
+            raise ValueError(f"dynamic_sampling counts extra rollout rounds (0: off), got {self.dynamic_sampling}")
 
 
 def batches(rows: Sequence[_Row], size: int, seed: int) -> Iterator[list[_Row]]:
@@ -151,16 +176,23 @@ def credit_runs(
     """
     items: list[Credited] = []
     for traces, rewards, answer in runs:
-        credited = [c for c in assign_credit(traces, rewards, scheme=config.scheme,
-                                                   turn_discount=config.turn_discount) if c.role in config.roles]
-        # a run's traces arrive in the order its calls finished (or were reused on resume): fix one order
-        credited.sort(key=lambda c: (c.trace.node, c.trace.index))
+        credited = _credit(traces, rewards, config)
         if config.easy_fraction is not None:
             if answer is None:
                 raise ValueError("the AggLM selection (easy_fraction) needs each run's reference answer")
             credited = _agglm_filter(traces, answer, credited, config.easy_fraction, rng or random.Random(0))
         items.extend(credited)
     return items
+
+
+def _credit(traces: Sequence[sf.Trace], rewards: Mapping[str, float], config: LoopConfig) -> list[Credited]:
+    """One run's credit by ``config.scheme``, its trained roles only, ordered by node and index."""
+    options = {"scale_by_std": True} if config.scale_by_std else {}  # a registered scheme may not take the option
+    credited = [c for c in assign_credit(traces, rewards, scheme=config.scheme, turn_discount=config.turn_discount,
+                                         **options) if c.role in config.roles]
+    # a run's traces arrive in the order its calls finished (or were reused on resume): fix one order
+    credited.sort(key=lambda c: (c.trace.node, c.trace.index))
+    return credited
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -193,20 +225,24 @@ def train_step(
     (asynchronous rollouts), credited traces sampled by an older policy version
     (:func:`~trainers.weights.rollout_version`) are dropped after credit is assigned: their runs'
     rewards still shape the others' advantages, but they are too stale to train on
-    (``extra["stale_dropped"]`` counts them).
+    (``extra["stale_dropped"]`` counts them). With ``config.mixed_sets_only`` the aggregations of uniform sets
+    are dropped after credit too (:func:`~trainers.selection.mixed_sets`; ``extra["mixed_dropped"]``).
 
     Examples:
         >>> metrics, items = train_step(policy, [RewardedRun(traces, rewards, "4")], LoopConfig())  # doctest: +SKIP
     """
     items = credit_runs(runs, config, rng=rng)
-    dropped = 0
+    extra: dict[str, Any] = {}
+    if config.mixed_sets_only:
+        items, extra["mixed_dropped"] = mixed_sets(items, {key: value for run in runs for key, value in
+                                                           run.rewards.items()})
     if min_version is not None:
         fresh = [c for c in items if (version := rollout_version(c.trace)) is None or version >= min_version]
-        dropped, items = len(items) - len(fresh), fresh
+        extra["stale_dropped"], items = len(items) - len(fresh), fresh
     metrics = policy.step(items)
     metrics = _with(metrics, reward_mean=_mean([value for run in runs for value in run.rewards.values()]))
-    if min_version is not None:
-        metrics = _with(metrics, extra={**dict(metrics.extra), "stale_dropped": dropped})
+    if extra:
+        metrics = _with(metrics, extra={**dict(metrics.extra), **extra})
     return metrics, items
 
 
@@ -258,6 +294,10 @@ def train_online(
     source = rollouts if rollouts is not None else LocalRollouts(engine)
     if not isinstance(source, RolloutSource):
         raise TypeError(f"rollouts must be a RolloutSource, not a {type(source).__name__}")
+    if config.dynamic_sampling and source.max_lag:
+        raise ValueError(f"dynamic_sampling rolls a step's problems out again after its rollouts are rewarded; a "
+                         f"rollout source that runs ahead (max_lag={source.max_lag}) has queued the next steps "
+                         f"already: use max_lag=0")
     no_running_loop("train_online", "a thread: train_online runs its own event loop")
     return asyncio.run(_train(policy, graph, rows, config, source, reward=reward, store=store, progress=progress,
                               on_step=on_step, until=until))
@@ -277,7 +317,7 @@ async def _train(policy: RolloutPolicy, graph: sf.Graph, rows: Sequence[Mapping[
         for _ in range(start):  # a resumed run continues with the batches it had not seen
             next(feed)
         name = run_name(config, start)
-        journal = _Journal(policy, config, start=start, progress=progress, on_step=on_step, run_name=name)
+        journal = Journal(policy, config, start=start, progress=progress, on_step=on_step, run_name=name)
         answers: dict[int, list[str]] = {}
         queued, sampled = start, 0
         for step in range(start, config.steps):
@@ -289,13 +329,12 @@ async def _train(policy: RolloutPolicy, graph: sf.Graph, rows: Sequence[Mapping[
                 answers[queued] = [str(row["answer"]) for row in batch]
                 source.submit(queued, batch, f"{name}-{queued}", rollout_seed(config, queued))
                 queued += 1
-            # 2) rollouts with the current policy
-            collected = await source.collect(step)
-            results = collected.results
-            sampled += sum(r.usage.completion_tokens for r in results)
-            # 3) rewards, recorded
-            step_answers = answers.pop(step)
-            runs = [rewarded(result, step_answers[result.index or 0], reward, recorder) for result in results]
+            # 2) rollouts with the current policy; 3) rewards, recorded
+            rolled = await _roll_out(source, step, answers.pop(step), reward, recorder)
+            if config.dynamic_sampling:  # 3b) fresh problems in place of runs without signal
+                rolled = await _refill(rolled, source, rows, config, step, name, reward=reward, recorder=recorder)
+            results, runs = rolled.results, rolled.runs
+            sampled += rolled.tokens
             # 4) credit; 5) update (stale traces dropped when rollouts may lag)
             min_version = policy.steps_done - source.max_lag if source.max_lag else None
             if source.update_in_thread:  # the source's results keep arriving meanwhile
@@ -306,14 +345,86 @@ async def _train(policy: RolloutPolicy, graph: sf.Graph, rows: Sequence[Mapping[
             # 6) the new weights to the rollout engines
             refreshed = await source.refresh(policy)
             # 7) log, checkpoint
-            metrics = with_rollouts(metrics, items, results, runs, rollout_s=collected.rollout_s, sampled=sampled)
-            metrics = _with(metrics, extra={**dict(metrics.extra), **collected.extra, **refreshed})
+            metrics = with_rollouts(metrics, items, results, runs, rollout_s=rolled.rollout_s, sampled=sampled)
+            metrics = _with(metrics, extra={**dict(metrics.extra), **rolled.extra, **refreshed})
             history = journal.record(metrics, step)
             if until is not None and until(history):
                 break
     finally:
         await source.close()
     return journal.close()
+
+
+@dataclass
+class _Rollouts:
+    """Steps 2–3 of one online step: the results and their rewarded runs in row order, the seconds and completion
+    tokens they took, and figures for the step's metrics (the source's, dynamic sampling's)."""
+
+    results: list[sf.RunResult]
+    runs: list[RewardedRun]
+    rollout_s: float
+    tokens: int
+    extra: dict[str, Any]
+
+
+async def _roll_out(source: RolloutSource, step: int, answers: Sequence[str], reward: Reward,
+                    recorder: sf.Store | None) -> _Rollouts:
+    """Collect the rows submitted as step ``step`` and reward each against its answer (row ``i``: ``answers[i]``)."""
+    collected = await source.collect(step)
+    runs = [rewarded(result, answers[result.index or 0], reward, recorder) for result in collected.results]
+    return _Rollouts(collected.results, runs, collected.rollout_s,
+                     sum(r.usage.completion_tokens for r in collected.results), dict(collected.extra))
+
+
+def refill_problems(rows: Sequence[_Row], count: int, config: LoopConfig, step: int,
+                    round_: int) -> tuple[list[_Row], int]:
+    """Dynamic sampling's round ``round_`` of step ``step``: ``count`` rows and the seed of their rollouts.
+
+    Drawn from a generator seeded by (``config.seed``, step, round), not from the training feed, so a resumed
+    training (which skips the feed's first batches) draws the same refills. Without replacement while the rows
+    last.
+
+    Examples:
+        >>> rows = [{"i": i} for i in range(10)]
+        >>> refill_problems(rows, 3, LoopConfig(), 2, 1) == refill_problems(rows, 3, LoopConfig(), 2, 1)
+        True
+        >>> refill_problems(rows, 3, LoopConfig(), 2, 1) != refill_problems(rows, 3, LoopConfig(), 2, 2)
+        True
+    """
+    rng = random.Random(f"refill/{config.seed}/{step}/{round_}")
+    chosen = rng.sample(list(rows), count) if count <= len(rows) else rng.choices(list(rows), k=count)
+    return chosen, rng.randrange(2**31)
+
+
+async def _refill(first: _Rollouts, source: RolloutSource, rows: Sequence[Mapping[str, Any]], config: LoopConfig,
+                  step: int, name: str, *, reward: Reward, recorder: sf.Store | None) -> _Rollouts:
+    """Step 3b, dynamic sampling (DAPO): roll out fresh problems while the step lacks runs with signal.
+
+    Round ``r`` runs its rows as ``{name}-{step}-r{r}-{i}`` (no clash with the step's own ``{name}-{step}-{i}``).
+    Returns ``problems_per_step`` runs: those with signal first, then, if the rounds ran out, runs without.
+    """
+    with_signal: list[tuple[sf.RunResult, RewardedRun]] = []
+    without: list[tuple[sf.RunResult, RewardedRun]] = []
+
+    def sort(rolled: _Rollouts) -> None:
+        for pair in zip(rolled.results, rolled.runs):
+            signal = has_signal(_credit(pair[1].traces, pair[1].rewards, config))
+            (with_signal if signal else without).append(pair)
+
+    sort(first)
+    zero_signal, refilled, rollout_s, tokens = len(without), 0, first.rollout_s, first.tokens
+    for round_ in range(1, config.dynamic_sampling + 1):
+        missing = config.problems_per_step - len(with_signal)
+        if missing <= 0:
+            break
+        problems, seed = refill_problems(rows, missing, config, step, round_)
+        source.submit(step, problems, f"{name}-{step}-r{round_}", seed)
+        more = await _roll_out(source, step, [str(row["answer"]) for row in problems], reward, recorder)
+        sort(more)
+        refilled, rollout_s, tokens = refilled + missing, rollout_s + more.rollout_s, tokens + more.tokens
+    chosen = with_signal + without[:max(config.problems_per_step - len(with_signal), 0)]
+    return _Rollouts([result for result, _ in chosen], [run for _, run in chosen], rollout_s, tokens,
+                     {**first.extra, "refilled": refilled, "zero_signal_runs": zero_signal})
 
 
 def train_offline(
@@ -349,7 +460,7 @@ def train_offline(
         raise ValueError("no recorded runs match the filters")
     rng = random.Random(config.seed)
     feed = batches(infos, config.problems_per_step, config.seed)
-    journal = _Journal(policy, config, start=0, progress=progress)
+    journal = Journal(policy, config, start=0, progress=progress)
     for step in range(config.steps):
         runs = [_recorded(opened, info, answers, reward) for info in next(feed)]
         metrics, _ = train_step(policy, runs, config, rng=rng)
@@ -401,68 +512,7 @@ def _with_answers(roles: Mapping[str, Mapping[str, Any]], items: Sequence[Credit
     return out
 
 
-class _Journal:
-    """Step 7 of both loops: each step's metrics into the history, the JSONL log, ``on_step`` and the progress
-    bar; a checkpoint every ``config.checkpoint_every`` steps and one at the end (with ``config.checkpoint_dir``)."""
-
-    def __init__(self, policy: TrainablePolicy, config: LoopConfig, *, start: int, progress: bool,
-                 on_step: Callable[[StepMetrics], None] | None = None, run_name: str | None = None) -> None:
-        self.policy, self.config, self.on_step, self.run_name = policy, config, on_step, run_name
-        self.log = Path(config.log_path) if config.log_path else None
-        self.bar = _progress(progress, config.steps, start)
-        self.history: list[StepMetrics] = []
-
-    def record(self, metrics: StepMetrics, step: int) -> list[StepMetrics]:
-        """Keep, log and show the metrics of loop step ``step`` (0-based); returns the history so far."""
-        self.history.append(metrics)
-        _log(self.log, metrics)
-        if self.on_step is not None:
-            self.on_step(metrics)
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(reward=_shown(metrics.reward_mean), acc=_shown(metrics.accuracy, ".2f"),
-                                 loss=f"{metrics.loss:.4f}")
-        every, directory = self.config.checkpoint_every, self.config.checkpoint_dir
-        if directory and every and (step + 1) % every == 0:
-            self._save(directory)
-        return self.history
-
-    def _save(self, directory: str) -> None:
-        self.policy.save(directory)
-        if self.run_name is not None:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-            (Path(directory) / LOOP_FILE).write_text(json.dumps({"run_name": self.run_name}))
-
-    def close(self) -> list[StepMetrics]:
-        """Close the progress bar, save the final checkpoint; returns the history."""
-        if self.bar is not None:
-            self.bar.close()
-        if self.config.checkpoint_dir:
-            self._save(self.config.checkpoint_dir)
-        return self.history
-
-
-def _shown(value: float | None, spec: str = ".3f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def _with(metrics: StepMetrics, **changes: Any) -> StepMetrics:
     values = asdict(metrics)
     values.update(changes)
     return StepMetrics(**values)
-
-
-def _log(path: Path | None, metrics: StepMetrics) -> None:
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as out:
-        out.write(json.dumps(asdict(metrics), default=float) + "\n")
-
-
-def _progress(enabled: bool, total: int, start: int) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=start, unit="step", desc="training")

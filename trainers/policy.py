@@ -7,6 +7,11 @@ the clipped loss and back-propagate, then clip the gradient norm and step. Micro
 weighted by their share of the step's tokens (or sequences), so the accumulated gradient equals
 the gradient of the whole batch's loss however it is split.
 
+Per-role learning rates (``PolicyConfig(role_lr=...)``) give each distinct rate its own AdamW state:
+the traces of its roles are a batch of their own (their loss, gradient and norm clip), every group's
+gradient is taken at the same weights, then each optimiser steps with its own. A loss weight would
+not do: Adam divides a gradient's scale out, so only the step size is a role's own learning rate.
+
 Rollouts always see the current weights: :meth:`Policy.backend` is a
 :class:`~scaffold.TransformersBackend` over the live model object (the peft-wrapped one with LoRA),
 and :meth:`Policy.refresh` copies the weights into a separate engine (another transformers model, or
@@ -18,7 +23,9 @@ Needs the ``train`` extra (torch, transformers, peft for LoRA); this module impo
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -34,7 +41,7 @@ from scaffold._json import to_json
 from scaffold.backends._transformers import quiet_progress
 from trainers.batch import collate
 from trainers.loss import Normalise, k3, policy_loss, token_logprobs
-from trainers.types import Credited, StepMetrics, TrainBatch
+from trainers.types import ROLES, Credited, StepMetrics, TrainBatch
 
 if TYPE_CHECKING:
     import torch
@@ -86,6 +93,30 @@ class PolicyConfig:
     """Seeds torch's global generator at construction (LoRA initialisation, dropout)."""
     device: str = "cpu"
     """Where the policy (and its reference) live and train: ``"cpu"``, ``"cuda"``, ``"cuda:1"``..."""
+    role_lr: dict[str, float] = field(default_factory=dict)
+    """Per role (``"single"``, ``"search"``, ``"aggregate"``) a multiplier of ``lr``; a role not named keeps ``lr``.
+    When they differ, each distinct multiplier has its own AdamW state, and its roles' traces update through it
+    at ``lr * multiplier``, their gradient accumulated and norm-clipped on their own (each optimiser also applies
+    ``weight_decay`` at its own rate). 0 freezes a role: its traces are scored for the metrics, never trained.
+    Equal multipliers (or none): one optimiser at ``lr`` times that multiplier, the plain step. Example:
+    ``PolicyConfig(lr=1e-5, role_lr={"aggregate": 3.0})`` trains aggregations at 3e-5, the rest at 1e-5."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.role_lr) - set(ROLES))
+        if unknown:
+            raise ValueError(f"role_lr names unknown roles {unknown}; the roles are {', '.join(ROLES)}")
+        negative = sorted(role for role, value in self.role_lr.items() if not value >= 0)  # NaN included
+        if negative:
+            raise ValueError(f"role_lr multipliers must be >= 0 (0 freezes a role); {negative} are not")
+
+    def lr_multipliers(self) -> dict[str, float]:
+        """Every role's multiplier of ``lr`` (1.0 for a role ``role_lr`` does not name).
+
+        Examples:
+            >>> PolicyConfig(role_lr={"aggregate": 3}).lr_multipliers()
+            {'single': 1.0, 'search': 1.0, 'aggregate': 3.0}
+        """
+        return {role: float(self.role_lr.get(role, 1.0)) for role in ROLES}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,73 +208,136 @@ class Policy:
                 self.reference = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
             self.reference = self.reference.to(self.config.device).eval()
             self.reference.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
-                                           lr=self.config.lr, betas=self.config.betas,
-                                           weight_decay=self.config.weight_decay)
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        rates = set(self.config.lr_multipliers().values())
+        self.optimizers: dict[float, torch.optim.Optimizer] = {
+            multiplier: torch.optim.AdamW(trained, lr=self.config.lr * multiplier, betas=self.config.betas,
+                                          weight_decay=self.config.weight_decay)
+            for multiplier in sorted(rates, reverse=True) if multiplier > 0}
+        """An AdamW optimiser per distinct learning-rate multiplier above 0 (one, usually; see ``role_lr``)."""
         self.steps_done = 0
         self._adapter_dir: str | None = None
 
     # -- the update ---------------------------------------------------------------------------------
 
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The AdamW optimiser, when every trained role shares one (else see :attr:`optimizers`)."""
+        if len(self.optimizers) != 1:
+            raise ValueError(f"this policy has {len(self.optimizers)} optimisers (role_lr): see policy.optimizers")
+        return next(iter(self.optimizers.values()))
+
     def step(self, items: Sequence[Credited], *, fill_logprobs: bool = False) -> StepMetrics:
         """One optimiser step on ``items``: micro-batches, accumulated gradients, clipped norm, AdamW.
 
         Traces recorded without logprobs raise ``ValueError`` unless ``fill_logprobs``: then the
-        current weights supply them (see :func:`trainers.batch.collate`).
+        current weights supply them (see :func:`trainers.batch.collate`). With per-role learning rates
+        (``config.role_lr``) each rate's traces take this step through their own optimiser. No items
+        (a step whose traces were all filtered out) leave the weights as they are; the step still counts.
         """
-        import torch
-
         started = time.perf_counter()
         config = self.config
+        if not items:
+            self.steps_done += 1
+            return StepMetrics(step=self.steps_done, loss=0.0, reward_mean=None, accuracy=None, advantage_mean=0.0,
+                               advantage_std=0.0, advantage_abs_max=0.0, entropy=0.0, kl=None, clip_fraction=0.0,
+                               tokens=0, tokens_per_s=0.0, extra={"grad_norm": 0.0, "roles": {}})
         # 1) tensors: prompt + recorded completion, sampling logprobs, advantages
         batch = collate(items, self.tokenizer, pad_id=self.pad_id, max_length=config.max_length,
                         model=self.model if fill_logprobs else None)
         if config.device != "cpu":
             batch = _on_device(batch, config.device)
-        total_tokens, total_rows = batch.tokens, len(items)
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
         totals = _Totals()
-        for rows in self._micro_batches(len(items), batch.attention_mask_BT.sum(-1).tolist()):
-            micro = _select(batch, rows)
+        # 2-3) per learning rate (one group unless role_lr sets several): score, loss, backward, clip
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        norms: dict[str, float] = {}
+        gradients: list[tuple[torch.optim.Optimizer, list[Any]]] = []
+        for multiplier, rows in self._lr_groups(items):
+            optimizer = self.optimizers.get(multiplier)  # None: frozen roles, scored for the metrics only
+            norm = self._accumulate(batch, rows, totals, train=optimizer is not None)
+            if optimizer is not None:
+                norms["+".join(sorted({items[row].role for row in rows}))] = norm
+                gradients.append((optimizer, [p.grad for p in parameters]))
+                self.model.zero_grad(set_to_none=True)
+        # 4) each optimiser steps with its own gradient, every one taken at the same weights
+        for optimizer, grads in gradients:
+            for parameter, grad in zip(parameters, grads):
+                parameter.grad = grad
+            optimizer.step()
+        self.model.zero_grad(set_to_none=True)
+        self.steps_done += 1
+        elapsed = time.perf_counter() - started
+        extra: dict[str, Any] = {"grad_norm": next(iter(norms.values()), 0.0)}
+        if len(norms) > 1:  # the norm of every group's gradient together, and each group's (keyed by its roles)
+            extra.update(grad_norm=math.sqrt(sum(n * n for n in norms.values())), grad_norms=norms)
+        extra.update(ratio_mean=totals.ratio, seconds=elapsed,
+                     roles=_role_metrics(items, totals, measured_kl=self.reference is not None))
+        return _metrics(self.steps_done, items, batch, totals, elapsed,
+                        kl=totals.kl / max(totals.kl_tokens, 1) if self.reference is not None else None, extra=extra)
+
+    def _lr_groups(self, items: Sequence[Credited]) -> list[tuple[float, list[int]]]:
+        """Row indices of ``items`` per learning-rate multiplier: every row in one group when the roles share one."""
+        multipliers = self.config.lr_multipliers()
+        if len(set(multipliers.values())) == 1:
+            return [(multipliers[ROLES[0]], list(range(len(items))))]
+        groups: dict[float, list[int]] = {}
+        for row, item in enumerate(items):
+            if item.role not in multipliers:
+                raise ValueError(f"trace {item.trace.id} has role {item.role!r}; role_lr knows {', '.join(ROLES)}")
+            groups.setdefault(multipliers[item.role], []).append(row)
+        return sorted(groups.items(), reverse=True)
+
+    def _accumulate(self, batch: TrainBatch, rows: list[int], totals: _Totals, *, train: bool) -> float:
+        """Steps 2-3 for ``rows`` of ``batch``: per micro-batch, score the recorded tokens and take the loss, the
+        mean over these rows; when ``train``, back-propagate it and clip the gradient norm (returned; else 0)."""
+        import torch
+
+        config = self.config
+        lengths = batch.attention_mask_BT.sum(-1).tolist()
+        row_tokens = batch.completion_mask_BT.sum(-1).tolist()
+        group_tokens, group_rows = sum(row_tokens[row] for row in rows), len(rows)
+        total_tokens, total_rows = batch.tokens, len(lengths)
+        # this group's share of the step's loss (1 with one group: the plain step)
+        weight = (1.0 if group_rows == total_rows else group_tokens / max(total_tokens, 1)
+                  if config.normalise == "token" else group_rows / total_rows)
+        for chosen in self._micro_batches(len(rows), [lengths[row] for row in rows]):
+            micro_rows = [rows[i] for i in chosen]
+            micro = _select(batch, micro_rows)
             # 2) score the recorded tokens under the current (and reference) weights
-            new_logprobs, entropy = token_logprobs(self.model, micro)
+            with contextlib.nullcontext() if train else torch.no_grad():
+                new_logprobs, entropy = token_logprobs(self.model, micro)
             totals.add_entropy(micro, entropy.detach())
             ref_logprobs = None
             if self.reference is not None:
                 every = 1 if config.kl_coef > 0 else config.measure_kl_every
-                scored = [j for j, row in enumerate(rows) if row % every == 0]
+                scored = [j for j, row in enumerate(micro_rows) if row % every == 0]
                 if scored:
-                    measured_rows = micro if len(scored) == len(rows) else _select(micro, scored)
+                    measured_rows = micro if len(scored) == len(micro_rows) else _select(micro, scored)
                     with torch.no_grad():
                         ref_scored, _ = token_logprobs(self.reference, measured_rows)
                         mine = new_logprobs.detach()[scored, : ref_scored.shape[1]]
                         totals.add_kl(measured_rows, k3(ref_scored, mine, measured_rows.completion_mask_BT))
                     ref_logprobs = ref_scored if config.kl_coef > 0 else None
-            # 3) the clipped loss, weighted by this micro-batch's share of the step
+            # 3) the clipped loss, weighted by this micro-batch's share of the group
             loss, measured = policy_loss(new_logprobs, micro.old_logprobs_BT, micro.advantages_B,
                                          micro.completion_mask_BT, clip_low=config.clip_low,
                                          clip_high=config.clip_high, kl_coef=config.kl_coef,
                                          ref_logprobs_BT=ref_logprobs, normalise=config.normalise)
-            share = (micro.tokens / max(total_tokens, 1) if config.normalise == "token"
-                     else len(rows) / total_rows)
-            (loss * share).backward()
+            share = (micro.tokens / max(group_tokens, 1) if config.normalise == "token"
+                     else len(micro_rows) / group_rows)
+            if train:
+                (loss * share).backward()
             token_share = micro.tokens / max(total_tokens, 1)
-            totals.loss += float(loss.detach()) * share
+            totals.loss += float(loss.detach()) * share * weight
             totals.entropy += float((entropy.detach() * micro.completion_mask_BT).sum()) / max(total_tokens, 1)
             totals.clipped += measured["clip_fraction"] * token_share
             totals.ratio += measured["ratio_mean"] * token_share
-        # 4) clip the gradient norm and step
+        if not train:
+            return 0.0
         parameters = [p for p in self.model.parameters() if p.requires_grad]
-        norm = torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm or float("inf"))
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.steps_done += 1
-        elapsed = time.perf_counter() - started
-        return _metrics(self.steps_done, items, batch, totals, elapsed,
-                        kl=totals.kl / max(totals.kl_tokens, 1) if self.reference is not None else None,
-                        extra={"grad_norm": float(norm), "ratio_mean": totals.ratio, "seconds": elapsed,
-                               "roles": _role_metrics(items, totals, measured_kl=self.reference is not None)})
+        return float(torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm or float("inf")))
 
     def _micro_batches(self, rows: int, lengths: Sequence[int] | None = None) -> list[list[int]]:
         """Row indices per micro-batch; with ``lengths``, rows of similar length go together (less padding)."""
@@ -263,12 +357,19 @@ class Policy:
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path / "weights")
         self.tokenizer.save_pretrained(path / "weights")
-        torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+        for multiplier, name in self._optimizer_files().items():
+            torch.save(self.optimizers[multiplier].state_dict(), path / name)
         torch.save({"torch": torch.get_rng_state()}, path / "rng.pt")
         state = {"model_dir": str(self.model_dir), "config": self.config.to_json(), "steps_done": self.steps_done,
                  "python_rng": to_json(random.getstate())}
         (path / CHECKPOINT_FILE).write_text(json.dumps(state, indent=2))
         return path
+
+    def _optimizer_files(self) -> dict[float, str]:
+        """Each optimiser's file in a checkpoint: ``optimizer.pt`` for the one of a plain policy, else one per rate."""
+        if len(self.optimizers) == 1:
+            return {multiplier: "optimizer.pt" for multiplier in self.optimizers}
+        return {multiplier: f"optimizer-x{multiplier!r}.pt" for multiplier in self.optimizers}
 
     @classmethod
     def resume(cls, directory: str | os.PathLike[str]) -> Policy:
@@ -278,7 +379,9 @@ class Policy:
         path = Path(directory)
         state = json.loads((path / CHECKPOINT_FILE).read_text())
         policy = cls(state["model_dir"], PolicyConfig.from_json(state["config"]), _weights=path / "weights")
-        policy.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu"))
+        for multiplier, name in policy._optimizer_files().items():
+            state_dict = torch.load(path / name, weights_only=True, map_location="cpu")
+            policy.optimizers[multiplier].load_state_dict(state_dict)
         policy.steps_done = state["steps_done"]
         torch.set_rng_state(torch.load(path / "rng.pt", weights_only=True)["torch"])
         random.setstate(_tuples(state["python_rng"]))
