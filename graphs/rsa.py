@@ -36,18 +36,21 @@ def rsa(
     aggregate_prompt: str = AGGREGATE_PROMPT,
     logprobs: bool = False,
     aggregate_temperature: float | None = None,
+    max_tokens: int | None = None,
 ) -> Any:
     """N samples, then T steps of N aggregations over random K-subsets; optionally a final vote.
 
     ``logprobs=True`` records every call's token logprobs (what training on RSA rollouts needs);
-    ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the model's).
+    ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the model's);
+    ``max_tokens`` is each first sample's token budget (``None``: the model's).
 
     Examples:
         >>> from graphs import rsa
         >>> rsa.build().count_calls()  # the paper's N=16, K=4, T=10
         {'solver': 176}
     """
-    pop = sf.sample(prompt, model=model, n=n, name="step0", logprobs=logprobs)
+    first = None if max_tokens is None else {"max_tokens": int(max_tokens)}
+    pop = sf.sample(prompt, model=model, n=n, name="step0", logprobs=logprobs, params=first)
     params = None if aggregate_temperature is None else {"temperature": float(aggregate_temperature)}
     for step in range(1, steps + 1):
         pop = sf.aggregate(pop, model=model, k=k, n=n, prompt=aggregate_prompt, name=f"step{step}",

@@ -12,7 +12,9 @@ is given next to them below.
 ``sets`` (the paper's K) *distinct* subsets of ``k`` (the paper's n — beware, the letters swap)
 candidates are drawn uniformly without replacement; each set is aggregated ``aggregations`` (N2)
 times (node ``aggregate``). The paper uses 24 rollouts per problem on two levels; the defaults (8
-search samples, 4 sets of 4, 4 aggregations per set: 8 + 16 = 24) follow that. The trainer
+search samples, 4 sets of 4, 4 aggregations per set: 8 + 16 = 24) follow that. ``sets=None`` takes
+every one of the C(n, k) subsets, as Poly-EPO trains on all 70 subsets of 8 choose 4 (at most
+:data:`MAX_ALL_SETS` of them). The trainer
 (:func:`trainers.credit.assign_credit` with ``scheme="spiral"``) credits each search trace by the
 mean advantage of the sets it joined and each aggregation by its reward against its set's group. The
 output is an equivalence-clustered vote over the aggregations (for evaluation; it is not trained).
@@ -30,22 +32,31 @@ fixed solver); bind ``model`` and ``aggregator`` to different aliases for that.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import scaffold as sf
 from graphs.prompts import AGGREGATE_PROMPT, SOLVE_PROMPT
 
+MAX_ALL_SETS = 1000
+"""``spiral(sets=None)`` aggregates every subset only while there are at most this many (each is ``aggregations``
+calls per problem)."""
+
 
 @sf.graph(name="grpo_group")
-def grpo_group(problem: str, *, n: int = 8, model: str = "solver", prompt: str = SOLVE_PROMPT) -> Any:
+def grpo_group(problem: str, *, n: int = 8, model: str = "solver", prompt: str = SOLVE_PROMPT,
+               max_tokens: int | None = None) -> Any:
     """A group of ``n`` solutions with their logprobs, then a vote (for evaluation).
+
+    ``max_tokens`` is each solution's token budget (``None``: the model's).
 
     Examples:
         >>> from graphs import grpo_group
         >>> grpo_group.build(n=6).count_calls()
         {'solver': 6}
     """
-    return sf.vote(sf.sample(prompt, model=model, n=n, logprobs=True, name="samples"), name="vote")
+    return sf.vote(sf.sample(prompt, model=model, n=n, logprobs=True, name="samples", params=_budget(max_tokens)),
+                   name="vote")
 
 
 @sf.graph(name="spiral")
@@ -53,26 +64,33 @@ def spiral(
     problem: str,
     *,
     n: int = 8,
-    sets: int = 4,
+    sets: int | None = 4,
     k: int = 4,
     aggregations: int = 4,
     model: str = "solver",
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
     aggregate_temperature: float | None = None,
+    max_tokens: int | None = None,
 ) -> Any:
     """``n`` search samples, ``sets`` distinct ``k``-subsets, ``aggregations`` per subset, then a vote (for evaluation).
 
+    ``sets=None`` aggregates every one of the C(``n``, ``k``) subsets, each once, in a random order
+    (``sf.RandomSubsets`` asked for all of them draws each exactly once). ``ValueError`` when ``sets``
+    exceeds C(n, k), or when ``None`` would mean more than :data:`MAX_ALL_SETS` subsets.
     ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the
     model's), so that a set's N2 aggregations can disagree and their set-relative credit is not 0.
+    ``max_tokens`` is each search sample's token budget (``None``: the model's).
 
     Examples:
         >>> from graphs import spiral
         >>> spiral.build().count_calls()  # 8 + 4 sets x 4 aggregations: the paper's 24 rollouts
         {'solver': 24}
+        >>> spiral.build(sets=None, aggregations=1).count_calls()  # 8 + all 70 subsets of 8 choose 4
+        {'solver': 78}
     """
-    candidates = sf.sample(prompt, model=model, n=n, logprobs=True, name="search")
-    subsets = sf.RandomSubsets(k, sets, distinct=True)
+    subsets = sf.RandomSubsets(k, _set_count(n, k, sets), distinct=True)
+    candidates = sf.sample(prompt, model=model, n=n, logprobs=True, name="search", params=_budget(max_tokens))
     aggregated = sf.aggregate(candidates, model=model, select=subsets, samples=aggregations,
                               prompt=aggregate_prompt, logprobs=True, name="aggregate",
                               params=_temperature(aggregate_temperature))
@@ -91,6 +109,7 @@ def agglm_data(
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
     aggregate_temperature: float | None = None,
+    max_tokens: int | None = None,
 ) -> Any:
     """``n`` samples split into consecutive sets of ``k``, each aggregated; hard/easy selection happens at credit time.
 
@@ -99,11 +118,29 @@ def agglm_data(
         >>> agglm_data.build(n=12, k=4, aggregations=2).count_calls()
         {'solver': 18}
     """
-    drafts = sf.sample(prompt, model=model, n=n, logprobs=True, name="samples")
+    drafts = sf.sample(prompt, model=model, n=n, logprobs=True, name="samples", params=_budget(max_tokens))
     aggregated = sf.aggregate(drafts, model=aggregator, select=sf.Partition(k, drop_remainder=True),
                               samples=aggregations, prompt=aggregate_prompt, logprobs=True, name="aggregate",
                               params=_temperature(aggregate_temperature))
     return sf.vote(aggregated, name="vote")
+
+
+def _budget(max_tokens: int | None) -> dict[str, int] | None:
+    return None if max_tokens is None else {"max_tokens": int(max_tokens)}
+
+
+def _set_count(n: int, k: int, sets: int | None) -> int:
+    """How many distinct ``k``-subsets of ``n`` candidates SPIRAL aggregates (``sets=None``: all of them)."""
+    available = math.comb(n, k) if 1 <= k <= n else 0
+    if sets is None:
+        if available > MAX_ALL_SETS:
+            raise ValueError(f"sets=None means every {k}-subset of {n} candidates: {available} of them, more than "
+                             f"{MAX_ALL_SETS}; give a number of sets")
+        return max(available, 1)  # k > n: RandomSubsets names the impossible size
+    if sets > available >= 1:
+        raise ValueError(f"sets={sets} distinct {k}-subsets cannot be drawn from {n} candidates: there are "
+                         f"C({n}, {k}) = {available}")
+    return sets
 
 
 def _temperature(value: float | None) -> dict[str, float] | None:

@@ -21,11 +21,20 @@ which traces get a gradient:
 
 Aggregations are sampled at ``aggregate_temperature`` (``None``: the loop's temperature), so
 that the aggregations of one set can disagree and their set-relative advantages are not all 0.
+``sets=None`` aggregates every one of the C(samples, set_size) subsets (Poly-EPO's 70 of 8 choose 4).
+
+Three options the field uses go into ``loop_options`` when they are not their defaults (see
+:class:`~trainers.LoopConfig`): ``scale_by_std`` (GRPO's division by the group's std; off, after Dr.
+GRPO), ``mixed_sets_only`` (GenSelect-RL's mixed-correctness sets) and ``dynamic_sampling`` (DAPO's
+refill rounds). Per-role learning rates belong to the policy: ``PolicyConfig(role_lr={"aggregate": 3})``.
 
 Examples:
     >>> r = recipe("spiral")
     >>> r.graph.count_calls(), r.loop_options["scheme"]
     ({'solver': 24}, 'spiral')
+    >>> r = recipe("spiral", sets=None, aggregations=1, dynamic_sampling=2)
+    >>> r.graph.count_calls(), r.loop_options
+    ({'solver': 78}, {'scheme': 'spiral', 'dynamic_sampling': 2})
 """
 
 from __future__ import annotations
@@ -50,7 +59,8 @@ class Recipe:
     name: str
     graph: sf.Graph
     loop_options: dict[str, Any]
-    """``scheme``, and for the aggregator-only recipe ``roles`` and ``easy_fraction``."""
+    """``scheme``, for the aggregator-only recipe ``roles`` and ``easy_fraction``, and the options given that are
+    not their defaults (``scale_by_std``, ``mixed_sets_only``, ``dynamic_sampling``)."""
 
 
 def recipe(
@@ -61,27 +71,39 @@ def recipe(
     aggregate_temperature: float | None = None,
     samples: int = 8,
     set_size: int = 4,
-    sets: int = 4,
+    sets: int | None = 4,
     aggregations: int = 4,
     rsa_steps: int = 2,
+    scale_by_std: bool = False,
+    mixed_sets_only: bool = False,
+    dynamic_sampling: int = 0,
+    max_tokens: int | None = None,
 ) -> Recipe:
     """The recipe ``name`` (one of :data:`METHODS`; ``"agglm"`` is the aggregator-only one) with these sizes.
 
-    Raises ``ValueError`` for an unknown name.
+    ``sets`` (``spiral`` and its ablations): distinct subsets per problem, ``None`` for every one of them.
+    ``scale_by_std``, ``mixed_sets_only`` and ``dynamic_sampling`` are :class:`~trainers.LoopConfig`'s options,
+    passed on in ``loop_options``. ``max_tokens`` is every first sample's (candidate's) token budget, ``None``
+    for the loop's sampling parameters (a task whose candidates must fit a budget sets it; aggregations keep
+    the loop's). Raises ``ValueError`` for an unknown name.
     """
     temperature = {"aggregate_temperature": aggregate_temperature}
-    prompts = {"prompt": prompt, "aggregate_prompt": aggregate_prompt}
+    prompts = {"prompt": prompt, "aggregate_prompt": aggregate_prompt, "max_tokens": max_tokens}
+    given = {"scale_by_std": scale_by_std, "mixed_sets_only": mixed_sets_only, "dynamic_sampling": dynamic_sampling}
+    options = {key: value for key, value in given.items() if value}
     if name == "grpo":
-        return Recipe(name, graphs.grpo_group.build(n=samples, prompt=prompt), {"scheme": "grpo"})
+        return Recipe(name, graphs.grpo_group.build(n=samples, prompt=prompt, max_tokens=max_tokens),
+                      {"scheme": "grpo", **options})
     if name in ("aggregator_only", "agglm"):
         graph = graphs.agglm_data.build(n=samples, k=set_size, aggregations=aggregations, **prompts, **temperature)
-        return Recipe("aggregator_only", graph, {"scheme": "grpo", "roles": ("aggregate",), "easy_fraction": 0.5})
+        return Recipe("aggregator_only", graph, {"scheme": "grpo", "roles": ("aggregate",), "easy_fraction": 0.5,
+                                                 **options})
     if name in ("spiral", *ABLATIONS):
         graph = graphs.spiral.build(n=samples, sets=sets, k=set_size, aggregations=aggregations, **prompts,
                                     **temperature)
         roles = {"spiral_search_only": {"roles": ("search",)}, "spiral_aggregate_only": {"roles": ("aggregate",)}}
-        return Recipe(name, graph, {"scheme": "spiral", **roles.get(name, {})})
+        return Recipe(name, graph, {"scheme": "spiral", **roles.get(name, {}), **options})
     if name == "spiral_rsa":
         graph = graphs.rsa.build(n=samples, k=set_size, steps=rsa_steps, logprobs=True, **prompts, **temperature)
-        return Recipe(name, graph, {"scheme": "spiral"})
+        return Recipe(name, graph, {"scheme": "spiral", **options})
     raise ValueError(f"unknown recipe {name!r}; choose from {', '.join((*METHODS, *ABLATIONS))}")
