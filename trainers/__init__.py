@@ -30,6 +30,8 @@ from trainers.loss import policy_loss, token_logprobs
 from trainers.policy import LoraSettings, Policy, PolicyConfig
 from trainers.rewards import RewardFn, math_reward, rewards_from
 from trainers.rollouts import Collected, LocalRollouts, RolloutSource
+from trainers.selection import has_signal, mixed_sets
+from trainers.set_signal import SignalReport, set_signal
 from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy, TrainBatch
 from trainers.weights import WeightUpdate, apply_update, rollout_version, weight_update
 
@@ -61,6 +63,12 @@ __all__ = [
     "agglm_select",
     "is_hard",
     "SetInfo",
+    # after credit: mixed-correctness sets, runs with signal
+    "mixed_sets",
+    "has_signal",
+    # the positive control of a set-RL experiment
+    "set_signal",
+    "SignalReport",
     # the update
     "TrainablePolicy",
     "RolloutPolicy",

@@ -45,7 +45,17 @@ from scaffold.pocket._agent import (
 from scaffold.pocket._cache import cache_root, load_report, pocket_model, pocket_task
 from scaffold.pocket._config import BuildReport, PocketConfig
 from scaffold.pocket._evaluate import PocketScores, evaluate_pocket, score_pocket
-from scaffold.pocket._prompts import AGGREGATE_PROMPT, SOLVE_PROMPT, aggregate_prompt, solve_prompt
+from scaffold.pocket._parts import PartsTask
+from scaffold.pocket._parts_build import PartsConfig, PartsRegime, PartsReport, build_parts_model, parts_model
+from scaffold.pocket._parts_eval import PartsScores, score_parts
+from scaffold.pocket._prompts import (
+    AGGREGATE_PROMPT,
+    PARTS_AGGREGATE_PROMPT,
+    PARTS_SOLVE_PROMPT,
+    SOLVE_PROMPT,
+    aggregate_prompt,
+    solve_prompt,
+)
 from scaffold.pocket._regime import Regime
 from scaffold.pocket._task import PocketTask, split_of
 from scaffold.pocket._tokenizer import build_tokenizer
@@ -84,4 +94,15 @@ __all__ = [
     "build_pocket_agent",
     "pocket_agent",
     "evaluate_agent",
+    # the parts task: where the set matters (set-level RL)
+    "PartsTask",
+    "PARTS_SOLVE_PROMPT",
+    "PARTS_AGGREGATE_PROMPT",
+    "PartsConfig",
+    "PartsRegime",
+    "PartsReport",
+    "build_parts_model",
+    "parts_model",
+    "score_parts",
+    "PartsScores",
 ]

@@ -223,8 +223,12 @@ def sample_texts(model: Any, tokenizer: Any, users: Sequence[str], *, temperatur
 
 
 def complete_ids(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, temperature: float,
-                 max_new_tokens: int, seed: int) -> list[str]:
-    """Continue each prompt (token ids) once, in one batch, with one seeded generator (greedy at temperature 0)."""
+                 max_new_tokens: int, seed: int, entropies: list[float] | None = None) -> list[str]:
+    """Continue each prompt (token ids) once, in one batch, with one seeded generator (greedy at temperature 0).
+
+    With ``entropies`` (a list), the mean token entropy (nats, of the model's own distribution) of each row's
+    sampled tokens is appended to it, row by row.
+    """
     import torch
 
     from scaffold.backends._kv_cache import cache_argument, decoding_cache
@@ -238,6 +242,8 @@ def complete_ids(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *
     generator = torch.Generator().manual_seed(seed)
     done = torch.zeros(len(ids), dtype=torch.bool)
     out: list[Any] = []
+    entropy_sum = torch.zeros(len(ids), dtype=torch.float64)
+    entropy_count = torch.zeros(len(ids), dtype=torch.float64)
     was_training = model.training
     model.eval()
     try:
@@ -247,6 +253,11 @@ def complete_ids(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *
                            **cache_argument(model, cache))
             for _ in range(max_new_tokens):
                 last = logits.logits[:, -1, :].float()
+                if entropies is not None:
+                    live = (~done).double()
+                    logp = torch.log_softmax(last, -1)
+                    entropy_sum += -(logp.exp() * logp).sum(-1).double() * live
+                    entropy_count += live
                 if temperature <= 0:
                     token = last.argmax(-1)
                 else:
@@ -264,6 +275,8 @@ def complete_ids(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *
         if was_training:
             model.train()
     tokens = torch.stack(out, 1).tolist() if out else [[] for _ in ids]
+    if entropies is not None:
+        entropies.extend((entropy_sum / entropy_count.clamp(min=1)).tolist())
     return [tokenizer.decode(row[: row.index(eos)] if eos in row else row, skip_special_tokens=True)
             for row in tokens]
 

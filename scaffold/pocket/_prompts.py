@@ -24,8 +24,28 @@ AGGREGATE_PROMPT = "Add {problem}\n\n{candidates}\n\nFix any mistakes:"
 prompt=AGGREGATE_PROMPT)``); ``{candidates}`` as :func:`~scaffold._template.format_candidates` renders
 them. Model-specific, not a default: the generic default is :data:`scaffold.AGGREGATE_PROMPT`."""
 
+PARTS_SOLVE_PROMPT = "Part of {problem}"
+"""The parts model's solving prompt: work one part of ``{problem}`` (e.g. ``A:47+85 B:362+519 C:4821+3390``)."""
+
+PARTS_AGGREGATE_PROMPT = "All of {problem}\n\n{candidates}\n\nCombine:"
+"""The parts model's aggregation prompt: copy the parts the candidates give, work one they lack, box the tuple.
+(With the problem last instead, the build learned to find the parts' numbers later: the solving and the
+aggregating answers then read the problem from the same distance for different purposes.)"""
+
 _SOLVE = Template(SOLVE_PROMPT)
 _AGGREGATE = Template(AGGREGATE_PROMPT)
+_TEMPLATES: dict[str, Template] = {}
+
+
+def render(prompt: str, problem: str, candidates: Sequence[str] | None = None) -> str:
+    """The user message scaffold sends for ``prompt`` (a solving prompt, or an aggregation prompt over the candidate
+    texts ``candidates``), rendered as :class:`~scaffold._template.Template` renders it."""
+    template = _TEMPLATES.get(prompt) or _TEMPLATES.setdefault(prompt, Template(prompt))
+    if candidates is None:
+        return template.render({"problem": problem})
+    traces = [Trace(id=f"pocket/candidate#{i}", run_id="pocket", node="candidate", index=i, kind=TraceKind.EXTERNAL,
+                    text=text) for i, text in enumerate(candidates)]
+    return template.render({"problem": problem, "candidates": format_candidates(traces), "k": len(traces)})
 
 
 def solve_prompt(problem: str) -> str:

@@ -171,7 +171,7 @@ class PocketTask:
 
     def columns(self, problem: str) -> list[Column]:
         """The correct column additions, right to left."""
-        numbers = [str(x) for x in self.operands(problem)]
+        numbers = [str(x).zfill(self.digits) for x in self.operands(problem)]
         out: list[Column] = []
         carry = 0
         for place in range(self.digits - 1, -1, -1):
@@ -192,7 +192,7 @@ class PocketTask:
         miscopied into a line (15%), a carry off by one (5%). Later sums, carries and the boxed
         answer are computed from the wrong values, as a model that slipped once would go on.
         """
-        numbers = [str(x) for x in self.operands(problem)]
+        numbers = [str(x).zfill(self.digits) for x in self.operands(problem)]
         kinds = rng.choices(("answer", "sum", "operand", "carry"), weights=(8, 8, 3, 1), k=slips)
         places = rng.sample(range(self.digits), min(slips, self.digits))
         plan = {place: kind for place, kind in zip(places, kinds) if kind != "answer"}

@@ -1,0 +1,307 @@
+"""The parts task: a pocket task where the *set* matters, for set-level RL.
+
+A problem has three labelled sub-sums of growing size, every number written four digits wide, and its answer is
+the tuple of their sums::
+
+    A:0047+0085 B:0362+0519 C:4821+3390      ->      A=132,B=881,C=8211
+
+A *candidate* (a solving call, budgeted to fit one part's worked lines) picks a part with its first
+token, restates it and works only that part, column by column as the pocket task does::
+
+    C:4821+3390
+    1+0=01+0=01
+    2+9=11+0=11
+    8+3=11+1=12
+    4+3=07+1=08
+    \\boxed{C=08211}
+
+Writing every number equally wide makes every candidate, whichever part it works, the same length, and puts
+each part's numbers at regular places in the problem: a character-level model then finds what it needs by
+position (a part's leading zero columns are what makes it easy).
+
+An *aggregation* reads the problem and a set of candidates and writes the whole tuple: it copies each
+part some candidate gives, works at most one part none gives (``?`` for any other), and boxes the
+tuple::
+
+    A=00132
+    B=00881
+    C:4821+3390
+    1+0=01+0=01
+    ...
+    \\boxed{A=00132,B=00881,C=08211}
+
+So an aggregation can only be right when its set covers all parts but one, with right values: how
+useful a candidate is depends on what the rest of its set already covers. A model trained on this
+task picks the easy part most often (the build skews the choice), so sets of its samples start
+redundant: crediting a candidate by its own part (GRPO) rewards the easy part, crediting it by its
+sets (SPIRAL) rewards the part its sets lack. :meth:`PartsTask.score` is the task's one binary reward:
+a candidate is right when every part it states is right; an aggregation (``whole=True``) when it
+states every part, all right.
+
+Problems are split into train, validation and test by a hash of their text, as the pocket task's are.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scaffold._answers import extract_boxed
+from scaffold.pocket._task import SOURCE, SPLITS, PocketTask, Split, split_of
+
+UNKNOWN = "?"
+"""What an aggregation writes for a part it neither copied nor worked."""
+
+_PART = re.compile(r"([A-Z])=(\d+|\?)")
+
+
+@dataclass(frozen=True)
+class PartsTask:
+    """Sum every labelled part of a problem: part ``labels[i]`` adds ``terms`` numbers of ``digits[i]`` digits.
+
+    Examples:
+        >>> task = PartsTask()
+        >>> row = task.problems(1, seed=0, split="test")[0]
+        >>> sorted(task.read(row["answer"])) == list(task.labels)
+        True
+        >>> print(task.part_solution("A:0047+0085 B:0362+0519 C:4821+3390", "A"))
+        A:0047+0085
+        7+5=12+0=12
+        4+8=12+1=13
+        0+0=00+1=01
+        0+0=00+0=00
+        \\boxed{A=00132}
+    """
+
+    digits: tuple[int, ...] = (2, 3, 4)
+    """Digits of the numbers of each part: the parts grow harder from first to last."""
+    terms: int = 2
+    """Numbers added in every part."""
+
+    def __post_init__(self) -> None:
+        if not 2 <= len(self.digits) <= 5:
+            raise ValueError(f"a parts task has 2 to 5 parts, not {len(self.digits)}")
+        for d in self.digits:
+            PocketTask(digits=d, terms=self.terms)  # the same bounds as the pocket task's
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """``("A", "B", "C")``: one capital letter per part."""
+        return tuple("ABCDE"[: len(self.digits)])
+
+    @property
+    def name(self) -> str:
+        """``"parts-2.3.4x2"``: the parts' digits and the terms."""
+        return f"parts-{'.'.join(map(str, self.digits))}x{self.terms}"
+
+    @property
+    def width(self) -> int:
+        """Digits every number is written with: the widest part's (narrower parts' numbers have leading zeros)."""
+        return max(self.digits)
+
+    def part_task(self, label: str) -> PocketTask:
+        """The pocket task one part is a problem of (every part's numbers are written :attr:`width` digits wide)."""
+        self.labels.index(label)  # a ValueError for a label this task has not
+        return PocketTask(digits=self.width, terms=self.terms)
+
+    def parts(self, problem: str) -> dict[str, str]:
+        """Label → the part's sum as a pocket problem (``"0047+0085"``); ``ValueError`` if not one of this task."""
+        pieces = problem.split(" ")
+        out: dict[str, str] = {}
+        for label, piece in zip(self.labels, pieces):
+            head, _, body = piece.partition(":")
+            if head != label:
+                break
+            out[label] = body
+        if len(pieces) != len(self.labels) or list(out) != list(self.labels):
+            raise ValueError(f"not a {self.name} problem: {problem!r}")
+        for (label, body), digits in zip(out.items(), self.digits):
+            try:
+                numbers = self.part_task(label).operands(body)
+            except ValueError:
+                raise ValueError(f"not a {self.name} problem: {problem!r} (its part {label} is {body!r})") from None
+            if max(numbers) >= 10**digits:
+                raise ValueError(f"not a {self.name} problem: {problem!r} (part {label} adds {digits}-digit numbers)")
+        return out
+
+    def draw(self, rng: random.Random) -> str:
+        """One problem drawn uniformly from the whole task (either split)."""
+        return " ".join(f"{label}:" + "+".join(str(rng.randint(10 ** (d - 1), 10**d - 1)).zfill(self.width)
+                                               for _ in range(self.terms))
+                        for label, d in zip(self.labels, self.digits))
+
+    def answer(self, problem: str) -> str:
+        """The reference answer, ``"A=132,B=881,C=8211"``."""
+        return ",".join(f"{label}={self.part_task(label).answer(body)}" for label, body in self.parts(problem).items())
+
+    def problems(self, n: int, *, seed: int = 0, split: Split | str = "test") -> list[dict[str, str]]:
+        """``n`` distinct problems of ``split`` as JSONL rows ``{"id", "problem", "answer", "source"}``.
+
+        Deterministic given ``seed``; ``ValueError`` for an unknown split.
+        """
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {split!r}")
+        rng = random.Random(f"pocket/{self.name}/{split}/{seed}")
+        seen: dict[str, None] = {}
+        while len(seen) < n:
+            problem = self.draw(rng)
+            if split_of(problem) == split:
+                seen.setdefault(problem)
+        return [{"id": f"pocket-{self.name}-{split}-{seed}-{i}", "problem": p, "answer": self.answer(p),
+                 "source": SOURCE} for i, p in enumerate(seen)]
+
+    def stream(self, rng: random.Random, split: Split | str) -> Any:
+        """Endless problems of one split (repeats possible), for training."""
+        while True:
+            problem = self.draw(rng)
+            if split_of(problem) == split:
+                yield problem
+
+    # ----- candidates and aggregations -------------------------------------------------------------
+
+    def part_solution(self, problem: str, label: str, *, rng: random.Random | None = None, slips: int = 0) -> str:
+        """A candidate working part ``label``: right, or with ``slips`` slips (drawn from ``rng``) the way the pocket
+        task's wrong solutions are (:meth:`PocketTask.slipped_solution`)."""
+        body = self.parts(problem)[label]
+        part = self.part_task(label)
+        text = part.slipped_solution(body, rng or random.Random(0), slips=slips) if slips else part.solution(body)
+        lines, boxed = text.rsplit("\n", 1)
+        return f"{label}:{body}\n{lines}\n\\boxed{{{label}={extract_boxed(boxed)}}}"
+
+    def worked_lines(self, problem: str, label: str) -> str:
+        """Part ``label`` restated (``C:4821+3390``) and its worked column lines, without the boxed line.
+
+        Restating the part first puts its numbers at the same distance from every column line whichever part is
+        worked, as the pocket task's solutions have them: the model learns one way of adding, not one per part.
+        """
+        body = self.parts(problem)[label]
+        return f"{label}:{body}\n" + self.part_task(label).solution(body).rsplit("\n", 1)[0]
+
+    def aggregation(self, problem: str, candidates: Sequence[str | None]) -> str:
+        """What an aggregation of ``candidates`` (their texts or answers) writes.
+
+        Each part some candidate states is copied: its right value when one states it, else the value most
+        candidates state (the first of a tie). The first part none states is worked; any later one is ``?``.
+        """
+        reference = self.read(self.answer(problem)) or {}
+        stated: dict[str, list[str]] = {}
+        for text in candidates:
+            for label, value in (self.read(_answer_of(text)) or {}).items():
+                if value != UNKNOWN:
+                    stated.setdefault(label, []).append(value)
+        lines, values, worked = [], [], False
+        for label in self.labels:
+            given = stated.get(label)
+            if given:
+                right = [v for v in given if int(v) == int(reference[label])]
+                value = right[0] if right else Counter(given).most_common(1)[0][0]
+                lines.append(f"{label}={value}")
+            elif not worked:
+                worked = True
+                value = self.part_task(label).solution(self.parts(problem)[label]).rsplit("{", 1)[1].rstrip("}")
+                lines.append(self.worked_lines(problem, label))
+            else:
+                value = UNKNOWN
+                lines.append(f"{label}={UNKNOWN}")
+            values.append(f"{label}={value}")
+        return "\n".join([*lines, "\\boxed{" + ",".join(values) + "}"])
+
+    def solve_budget(self) -> int:
+        """A candidate's token budget (one token a character): the longest part's worked lines fit, with a little to
+        spare, and no two parts do."""
+        return max(len(self._widest_part(label)) for label in self.labels) + 4
+
+    def aggregate_budget(self) -> int:
+        """An aggregation's token budget: every part copied, the longest worked in their place, the boxed tuple."""
+        problem = self._widest_problem()
+        worst = max(len(self.aggregation(problem, [self.part_solution(problem, other) for other in self.labels
+                                                   if other != label])) for label in self.labels)
+        return worst + 8
+
+    def _widest_problem(self) -> str:
+        return " ".join(f"{label}:" + "+".join(["9" * d] * self.terms).replace("9" * d, ("9" * d).zfill(self.width))
+                        for label, d in zip(self.labels, self.digits))
+
+    def _widest_part(self, label: str) -> str:
+        return self.part_solution(self._widest_problem(), label)
+
+    # ----- reading and scoring answers -------------------------------------------------------------
+
+    def read(self, answer: str | None) -> dict[str, str] | None:
+        """An answer's parts, label → value (``"?"`` where unknown); ``None`` if it is not a parts answer.
+
+        Examples:
+            >>> PartsTask().read("A=0144,C=?")
+            {'A': '0144', 'C': '?'}
+            >>> PartsTask().read("144") is None
+            True
+        """
+        if answer is None:
+            return None
+        pieces = [p.strip() for p in answer.split(",")]
+        out: dict[str, str] = {}
+        for piece in pieces:
+            match = _PART.fullmatch(piece)
+            if match is None or match.group(1) not in self.labels or match.group(1) in out:
+                return None
+            out[match.group(1)] = match.group(2)
+        return out or None
+
+    def right_parts(self, answer: str | None, reference: str) -> set[str]:
+        """The parts an answer states rightly."""
+        stated, truth = self.read(answer) or {}, self.read(reference) or {}
+        return {label for label, value in stated.items()
+                if value != UNKNOWN and label in truth and int(value) == int(truth[label])}
+
+    def score(self, answer: str | None, reference: str, *, whole: bool = False) -> float:
+        """The task's reward: 1.0 when every part ``answer`` states is right (and, with ``whole``, it states every
+        part), else 0.0.
+
+        Examples:
+            >>> task = PartsTask()
+            >>> task.score("B=881", "A=132,B=881,C=8211"), task.score("B=881", "A=132,B=881,C=8211", whole=True)
+            (1.0, 0.0)
+            >>> task.score("A=132,B=0881,C=08211", "A=132,B=881,C=8211", whole=True)
+            1.0
+        """
+        stated = self.read(answer)
+        if not stated or (whole and len(stated) != len(self.labels)):
+            return 0.0
+        return float(self.right_parts(answer, reference) == set(stated))
+
+    def reward(self, trace: Any, reference: str) -> float:
+        """The trainer's reward (``reward_fn(trace, reference)``): an aggregation (a trace with inputs) must state the
+        whole tuple; a candidate, its own part."""
+        return self.score(trace.answer, reference, whole=bool(trace.inputs))
+
+    def part_of(self, answer: str | None) -> str | None:
+        """The part a candidate chose (its first stated part), ``None`` when it stated none."""
+        stated = self.read(answer)
+        return next(iter(stated)) if stated else None
+
+    def vote_key(self, answer: str | None) -> str | None:
+        """An answer normalised for voting (leading zeros dropped), ``None`` when it is not a parts answer."""
+        stated = self.read(answer)
+        if not stated:
+            return None
+        return ",".join(f"{k}={v if v == UNKNOWN else int(v)}" for k, v in sorted(stated.items()))
+
+
+def _answer_of(text: str | None) -> str | None:
+    """A candidate's answer: the boxed content of a text, or the text itself when it is an answer already."""
+    if text is None:
+        return None
+    boxed = extract_boxed(text)
+    return boxed if boxed is not None else text
+
+
+def task_of_rows(rows: Sequence[Mapping[str, str]]) -> PartsTask:
+    """The parts task some problem rows come from (read from their first problem)."""
+    pieces = rows[0]["problem"].split(" ")
+    bodies = [p.partition(":")[2].split("+") for p in pieces]
+    return PartsTask(digits=tuple(len(b[0]) for b in bodies), terms=len(bodies[0]))
+
