@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=100)
     parser.add_argument("--population", type=int, default=8)
     parser.add_argument("--subset", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=2, help="RSA steps (2: the RSA of examples/train_spiral.py)")
+    parser.add_argument("--steps", type=int, default=2, help="RSA steps (2: the RSA of examples/train_spiral_sums.py)")
     parser.add_argument("--model", help="a model name (litellm's, or a server's with --api-base) instead of pocket")
     parser.add_argument("--api-base", help="the server of --model (e.g. a vLLM server's http://host:8000/v1)")
     parser.add_argument("--prompts", choices=["pocket", "generic"],

@@ -1,4 +1,4 @@
-"""Reading the SPIRAL experiment's runs (``examples/train_spiral.py``): means, intervals, paired differences,
+"""Reading the SPIRAL experiment's runs (``examples/train_spiral_sums.py``): means, intervals, paired differences,
 per-role statistics, the printed tables and the plot. Nothing here trains or samples a model.
 """
 

@@ -61,7 +61,7 @@ validation figures; ``start`` the base model's), ``zero_advantage`` (method → 
 ``roles`` (method → role → :func:`role_stats`),
 ``regime`` and ``seconds``.
 
-Usage: python examples/train_spiral.py [--quick] [--seeds 0 1 2] [--lrs 1e-4 3e-4 1e-3] [--budget TOKENS]
+Usage: python examples/train_spiral_sums.py [--quick] [--seeds 0 1 2] [--lrs 1e-4 3e-4 1e-3] [--budget TOKENS]
        [--equal-steps N] [--methods ...] [--pocket-dir DIR] [--out DIR] [--fresh] [--device cpu|cuda] [--engine ...]
        [--workers N] [--gpu-share FRACTION]
 """

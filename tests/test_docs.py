@@ -52,6 +52,7 @@ NOT_RUN: list[tuple[str, str]] = sorted([
     ('docs/results/benchmarks.md', 'each benchmark takes minutes; make also installs packages'),
     ('docs/results/demo.md', 'needs a hosted API model or a vLLM server, and 100 problems take minutes'),
     ('docs/results/demo.md', 'sets up .venv, installs packages and builds the pocket model: minutes'),
+    ('docs/results/set-rl.md', 'the full plan takes hours of 2-core compute, in chunks; --quick takes 10 minutes'),
     ('docs/results/set-rl.md', 'trains four recipes: 85 minutes on 2 cores, 9 with --quick'),
     ('docs/results/set-rl.md', 'trains three recipes: 10 minutes on 2 cores'),
 ])

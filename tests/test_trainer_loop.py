@@ -347,10 +347,10 @@ def test_scaffold_train_cli_trains_logs_and_exports(pocket_quick: tuple[Path, An
 
 @pytest.mark.slow
 def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[Path, Any], tmp_path: Path) -> None:
-    """examples/train_spiral.py on the quick model, tiny budgets: sweep, seeds, both budgets, CIs, one JSON line."""
+    """examples/train_spiral_sums.py on the quick model, tiny budgets: sweep, seeds, both budgets, CIs, JSON."""
     path, _ = pocket_quick
     done = subprocess.run(
-        [sys.executable, "examples/train_spiral.py", "--pocket-dir", str(path), "--budget", "1500",
+        [sys.executable, "examples/train_spiral_sums.py", "--pocket-dir", str(path), "--budget", "1500",
          "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "8",
          "--validation-problems", "8",
          "--problems-per-step", "2", "--out", str(tmp_path), "--plot"],
@@ -388,7 +388,7 @@ def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[P
     missing = next(tmp_path.glob("spiral-seed1-*.run.pt"))
     missing.unlink()
     again = subprocess.run(
-        [sys.executable, "examples/train_spiral.py", "--pocket-dir", str(path), "--budget", "1500",
+        [sys.executable, "examples/train_spiral_sums.py", "--pocket-dir", str(path), "--budget", "1500",
          "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "8",
          "--validation-problems", "8", "--problems-per-step", "2", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
