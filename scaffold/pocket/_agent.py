@@ -275,7 +275,7 @@ def build_pocket_agent(out_dir: str | Path, config: PocketAgentConfig | None = N
 
     from scaffold.backends._transformers import quiet_progress
     from scaffold.pocket._portable import cpu_name
-    from scaffold.pocket._train import new_model
+    from scaffold.pocket._train import new_model, save_built
 
     config = config or PocketAgentConfig()
     say: Callable[[str], None] = print if progress else (lambda _: None)
@@ -299,14 +299,8 @@ def build_pocket_agent(out_dir: str | Path, config: PocketAgentConfig | None = N
             say(f"pocket agent: no copying by step {step}; training afresh from seed {seed}")
         average.copy_to_model()
         train_seconds = time.perf_counter() - started
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        with quiet_progress():
-            model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        meta = {"kind": "pocket-agent", "format": AGENT_FORMAT, "fingerprint": config.fingerprint(),
-                "config": asdict(config)}
-        (out / "scaffold.json").write_text(json.dumps(meta, indent=2) + "\n")
+        out = save_built(model, tokenizer, out_dir, kind="pocket-agent", version=AGENT_FORMAT,
+                         fingerprint=config.fingerprint(), config=asdict(config))
     finally:
         torch.set_num_threads(threads)
     rows = task.problems(config.eval_problems, seed=0, split="test")

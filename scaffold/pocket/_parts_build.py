@@ -108,6 +108,9 @@ class PartsConfig:
     """The first phase ends at the first check where every part is right at least this often and ``agg4`` reads at
     least ``agg_floor``; the second starts then."""
     agg_floor: float = 0.1
+    focus_every: int = 1
+    """Once every part is learned and until the aggregator reads ``agg_floor``: every this many steps is an
+    aggregation step (1: every step), so the aggregator catches up; a negative ``-n``: every step but each n-th."""
     skew_steps: int = 200
     """Steps of the second phase before its first check."""
     tuple_share: float = 0.25
@@ -248,10 +251,9 @@ def build_parts_model(out_dir: str | Path, config: PartsConfig | None = None, *,
     """
     import torch
 
-    from scaffold.backends._transformers import quiet_progress
     from scaffold.pocket._portable import cpu_name
     from scaffold.pocket._tokenizer import build_tokenizer
-    from scaffold.pocket._train import new_model
+    from scaffold.pocket._train import new_model, save_built
 
     config = config or PartsConfig()
     for name in ("choice", "slips", "learn_choice"):
@@ -276,14 +278,8 @@ def build_parts_model(out_dir: str | Path, config: PartsConfig | None = None, *,
             seed = config.seed + 1000 * attempt
             say(f"parts model: no check landed in the regime; training afresh from seed {seed}")
         train_seconds = time.perf_counter() - started
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        with quiet_progress():
-            model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        meta = {"kind": "pocket-parts", "format": PARTS_FORMAT, "fingerprint": config.fingerprint(),
-                "config": asdict(config)}
-        (out / "scaffold.json").write_text(json.dumps(meta, indent=2) + "\n")
+        out = save_built(model, tokenizer, out_dir, kind="pocket-parts", version=PARTS_FORMAT,
+                         fingerprint=config.fingerprint(), config=asdict(config))
         rows = task.problems(config.eval_problems, seed=0, split="test")
         scored = score_parts(model, rows, samples=8, seed=config.seed, tokenizer=tokenizer)
     finally:
@@ -317,12 +313,15 @@ def train(config: PartsConfig, tokenizer: Any, validation: Sequence[dict[str, st
     checks: list[tuple[int, dict[str, float]]] = []
     kept: tuple[int, list[Any]] | None = None
     skewed_at: int | None = None
+    parts_learned = False
     model.train()
     step, started = 0, time.perf_counter()
     for step in range(1, config.max_steps + 1):
-        every = config.aggregate_every
-        batch = (examples.aggregation(config.aggregate_batch_size) if every > 0 and step % every == 0
-                 else examples.solving(config.batch_size))
+        every = config.focus_every if parts_learned and skewed_at is None else config.aggregate_every
+        batch = (examples.aggregation(config.aggregate_batch_size) if every > 0 and step % every != 0
+                 else examples.solving(config.batch_size)) if every < 0 else (
+            examples.aggregation(config.aggregate_batch_size) if every > 0 and step % every == 0
+            else examples.solving(config.batch_size))
         loss = update(model, optimizer, batch, tokenizer.pad_token_id,
                       config.lr * min(1.0, step / max(1, config.warmup_steps)))
         average.update(step)
@@ -338,7 +337,8 @@ def train(config: PartsConfig, tokenizer: Any, validation: Sequence[dict[str, st
         elapsed = time.perf_counter() - started
         if skewed_at is None:
             # 1) learning every part: does each get its part right often enough, and the aggregator its tuple?
-            learned = min(scored.accuracy.values()) >= config.part_floor and figures["agg4"] >= config.agg_floor
+            parts_learned = parts_learned or min(scored.accuracy.values()) >= config.part_floor
+            learned = parts_learned and figures["agg4"] >= config.agg_floor
             say(f"  step {step:5d}  loss {loss:.3f}  {_shown(figures)}  right per part "
                 + " ".join(f"{k} {v:.2f}" for k, v in scored.accuracy.items()) + f"  {elapsed:.0f} s"
                 + ("  (every part learned: skewing the choice)" if learned else ""))

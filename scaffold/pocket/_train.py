@@ -362,10 +362,19 @@ def check_saved_tokenizer(tokenizer: Any, out: Path, task: PocketTask) -> None:
 
 def save(model: Any, tokenizer: Any, config: PocketConfig, out: Path) -> None:
     """Save model, tokenizer and ``scaffold.json`` into ``out`` (created if missing)."""
+    save_built(model, tokenizer, out, kind="pocket", version=FORMAT_VERSION, fingerprint=config.fingerprint(),
+               config=asdict(config))
+
+
+def save_built(model: Any, tokenizer: Any, out: str | Path, *, kind: str, version: int, fingerprint: str,
+               config: dict[str, Any]) -> Path:
+    """Save a model scaffold built (``save_pretrained``) with ``scaffold.json`` saying what it is and how it was
+    built (its kind, format version, config fingerprint and config); ``out`` is created if missing."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with quiet_progress():
         model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    meta = {"kind": "pocket", "format": FORMAT_VERSION, "fingerprint": config.fingerprint(),
-            "config": asdict(config)}
+    meta = {"kind": kind, "format": version, "fingerprint": fingerprint, "config": config}
     (out / "scaffold.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out
