@@ -108,9 +108,10 @@ class PartsConfig:
     """The first phase ends at the first check where every part is right at least this often and ``agg4`` reads at
     least ``agg_floor``; the second starts then."""
     agg_floor: float = 0.1
-    focus_every: int = 1
+    focus_every: int = -3
     """Once every part is learned and until the aggregator reads ``agg_floor``: every this many steps is an
-    aggregation step (1: every step), so the aggregator catches up; a negative ``-n``: every step but each n-th."""
+    aggregation step (1: every step), so the aggregator catches up; a negative ``-n``: every step but each n-th
+    (the default, two aggregation steps in three)."""
     skew_steps: int = 200
     """Steps of the second phase before its first check."""
     tuple_share: float = 0.25
