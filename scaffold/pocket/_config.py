@@ -25,7 +25,8 @@ class PocketConfig:
     (the default) the build trains in a child process with pinned MKL and ATen kernels (see
     :mod:`scaffold.pocket._portable`), so nothing the caller sets changes it; it still differs between
     an Intel and an AMD processor (measured with an earlier pinning: seed 0 kept step 630 on an AMD EPYC,
-    650 on an Intel Xeon), though not with the thread count (the same weights with 1 or 2 threads). The way
+    650 on an Intel Xeon), and it may differ with the thread count (on an AMD EPYC 1 and 2 threads trained the
+    same weights; on an Intel Xeon they differ in the last bits). The way
     the checkpoint is chosen aims every build at the aggregation regime (:class:`~scaffold.pocket.Regime`)
     on any machine:
 
@@ -65,8 +66,8 @@ class PocketConfig:
     seed: int = 0
     """Seeds the weights, the training problems and candidates, and the checks' sampling."""
     threads: int = 2
-    """Torch threads while building (a portable build trains the same weights on any count; a native one can
-    differ in the last bits)."""
+    """Torch threads while building (part of what decides the model: another count can change the last bits, as
+    it does on an Intel Xeon even in portable arithmetic)."""
     portable: bool = True
     """Train with pinned kernels (MKL's AVX2 branch and ATen's AVX2 kernels, in a child process;
     about as fast as native): the same model from run to run whatever the caller's kernel
