@@ -636,6 +636,10 @@ def test_server_flags_given_explicitly_win_over_fast_start(tmp_path: Path) -> No
     assert command[command.index("--max-model-len") + 1] == "2048"
     assert server.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert server.base_url == "http://127.0.0.1:8123/v1" and server.model_name == tmp_path.name
+    # chunked prefill is off on the CPU (seeded requests prefilled in two steps kill its engine), unless asked for
+    assert "--no-enable-chunked-prefill" in command
+    chunked = VLLMServer(tmp_path, fast_start=True, extra_args=["--enable-chunked-prefill"]).command()
+    assert "--no-enable-chunked-prefill" not in chunked and chunked.count("--enable-chunked-prefill") == 1
 
 
 @pytest.mark.slow
