@@ -65,7 +65,11 @@ over seeds), ``ci95`` (the same shape, half-widths), ``matched_kl`` (method → 
 ``differences`` (paired, with intervals), ``seeds``, ``steps``, ``rollouts_per_problem``, ``lr``,
 ``kl_final`` (method → mean final KL), ``regime`` and ``seconds``.
 
+``--control-only`` runs the positive control alone and ends with a JSON line of ``bench``, ``task``,
+``positive_control``, ``regime`` and ``seconds``.
+
 Usage: python examples/train_spiral.py [--quick] [--seeds 0 1 2] [--steps N] [--methods ...] [--max-minutes M]
+       [--control-only]
 """
 
 from __future__ import annotations
@@ -411,6 +415,8 @@ def parse() -> tuple[argparse.Namespace, Plan]:
     parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers",
                         help="rollouts: the live weights in transformers, or a refreshed in-process vLLM engine")
     parser.add_argument("--fresh", action="store_true", help="recompute everything instead of resuming")
+    parser.add_argument("--control-only", action="store_true",
+                        help="run (or read) the positive control, print it and stop before any method")
     args = parser.parse_args()
     quick = args.quick
     suffix = "_quick" if quick else ""
@@ -445,6 +451,10 @@ def main() -> None:
           f"likelihood ratio {control['lr_statistic']:.1f} on {control['df']} df, p = {control['p_value']:.2g}; "
           f"success by coverage " + ", ".join(f"{k}: {v['success']:.2f} ({v['sets']})"
                                               for k, v in control["by_feature"]["coverage"].items()), flush=True)
+    if args.control_only:
+        print(json.dumps({"bench": "train_spiral", "task": task.name, "positive_control": control,
+                          "regime": report["in_regime"], "seconds": round(time.perf_counter() - started, 1)}))
+        return
     # 2) the start, held out
     held_out = task.problems(plan.eval_problems, seed=0, split="test")
     train_rows = task.problems(max(4000, plan.steps * plan.problems_per_step), seed=1, split="train")

@@ -49,6 +49,8 @@ def test_a_candidate_works_one_part_and_is_scored_on_it() -> None:
     from scaffold._answers import extract_boxed
 
     assert TASK.part_of(extract_boxed(slipped)) == "C" and TASK.score(extract_boxed(slipped), ANSWER) == 0.0
+    assert extract_boxed(text) == "A=?????,B=00773,C=?????" and TASK.part_of(extract_boxed(text)) == "B"
+    assert TASK.score("A=?????,B=?????,C=?????", ANSWER) == 0.0 and TASK.part_of("A=?????,B=?????,C=?????") is None
 
 
 def test_the_longest_candidate_fits_the_solving_budget_and_two_parts_do_not() -> None:
@@ -63,21 +65,29 @@ def test_the_longest_candidate_fits_the_solving_budget_and_two_parts_do_not() ->
 
 
 def test_an_aggregation_copies_given_parts_and_works_at_most_one() -> None:
-    right_a, wrong_b = "\\boxed{A=081}", "\\boxed{B=0763}"
+    right_a, wrong_b = "\\boxed{A=081}", "\\boxed{A=?????,B=0763,C=?????}"
     text = TASK.aggregation(PROBLEM, [right_a, wrong_b, "\\boxed{A=082}"])
     lines = text.splitlines()
-    assert lines[:2] == ["A=081", "B=0763"]  # the right A over the wrong one, B as given (none right)
-    assert lines[2] == "C:2737+9555" and lines[-1] == "\\boxed{A=081,B=0763,C=12292}"
+    assert lines[:3] == ["A=081", "B=0763", "C=?????"]  # of a tie the first stated A, B as given (wrong: it copies)
+    voted = TASK.aggregation(PROBLEM, [right_a, "\\boxed{A=082}", "A=082,B=773"]).splitlines()
+    assert voted[:2] == ["A=082", "B=773"]  # the value most state, even a wrong one: what is read decides
+    assert lines[3] == "C:2737+9555" and lines[-1] == "\\boxed{A=081,B=0763,C=12292}"
     lacking_two = TASK.aggregation(PROBLEM, [right_a])
-    assert lacking_two.splitlines()[-1] == "\\boxed{A=081,B=00773,C=?}" and "C=?" in lacking_two.splitlines()
-    assert TASK.score("A=081,B=773,C=?", ANSWER, whole=True) == 0.0
+    assert lacking_two.splitlines()[:4] == ["A=081", "B=?????", "C=?????", "B:0149+0624"]
+    assert lacking_two.splitlines()[-1] == "\\boxed{A=081,B=00773,C=?????}"
+    assert TASK.score("A=081,B=773,C=?????", ANSWER, whole=True) == 0.0
+    assert TASK.score("A=081,B=773,C=?????", ANSWER) == 1.0  # a blank slot states nothing
     assert TASK.score("A=081,B=773,C=12292", ANSWER, whole=True) == 1.0
     # tuples are read like parts: an RSA step that reads aggregations copies them
     assert TASK.aggregation(PROBLEM, [lacking_two]).splitlines()[-1] == "\\boxed{A=081,B=00773,C=12292}"
+    # every candidate and every aggregation lacking one part is as long as any other: values sit at fixed places
+    assert len({len(TASK.part_solution(PROBLEM, label)) for label in TASK.labels}) == 1
+    full = [TASK.part_solution(PROBLEM, label) for label in TASK.labels]
+    assert len({len(TASK.aggregation(PROBLEM, full[:i] + full[i + 1:])) for i in range(3)}) == 1
 
 
 def test_reading_answers() -> None:
-    assert TASK.read("A=1,C=?") == {"A": "1", "C": "?"}
+    assert TASK.read("A=1,C=?") == TASK.read("A=1,C=?????") == {"A": "1", "C": "?"}
     for bad in (None, "", "1417", "A=1,A=2", "D=4", "A=x"):
         assert TASK.read(bad) is None
     assert TASK.vote_key("C=012,A=3") == "A=3,C=12"
@@ -210,3 +220,8 @@ def test_the_experiment_runs_in_chunks_and_ends_with_its_json(quick_parts: Path,
     assert steps[0]["set_diversity"] is not None and "search" in steps[0]["roles"]
     again = subprocess.run(plan, capture_output=True, text=True, timeout=600)  # everything reused
     assert json.loads(again.stdout.strip().splitlines()[-1])["results"] == figures["results"]
+    control = subprocess.run([*plan, "--control-only"], capture_output=True, text=True, timeout=600)
+    assert control.returncode == 0, control.stderr[-3000:]
+    alone = json.loads(control.stdout.strip().splitlines()[-1])
+    assert {k: alone["positive_control"][k] for k in figures["positive_control"]} == figures["positive_control"]
+    assert "heldout_full" in alone["positive_control"] and "results" not in alone  # the whole control, read back

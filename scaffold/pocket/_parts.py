@@ -13,20 +13,25 @@ token, restates it and works only that part, column by column as the pocket task
     2+9=11+0=11
     8+3=11+1=12
     4+3=07+1=08
-    \\boxed{C=08211}
+    \\boxed{A=?????,B=?????,C=08211}
 
-Writing every number equally wide makes every candidate, whichever part it works, the same length, and puts
-each part's numbers at regular places in the problem: a character-level model then finds what it needs by
-position (a part's leading zero columns are what makes it easy).
+It boxes the whole tuple with a slot for every part and only its own filled in. Writing every number and every
+value equally wide makes every candidate, whichever part it works, the same length, and puts each part's
+numbers at regular places in the problem and each part's value at a regular place in every candidate: a
+character-level model then finds what it needs by position, both when it works a part and when it aggregates.
+(A 0.68M-parameter model trained for minutes copies by position readily and by content not at all: with each
+candidate boxing only its own part, an aggregator has to find a part's value by its label, and it had not
+learned to after 1,350 steps, even on 30-character drills.)
 
-An *aggregation* reads the problem and a set of candidates and writes the whole tuple: it copies each
-part some candidate gives, works at most one part none gives (``?`` for any other), and boxes the
-tuple::
+An *aggregation* reads the problem and a set of candidates and writes the whole tuple: a line per part with
+the value most candidates give (a blank slot when none does), the first part none gives worked, and the
+tuple boxed::
 
     A=00132
-    B=00881
-    C:4821+3390
-    1+0=01+0=01
+    B=?????
+    C=08211
+    B:0362+0519
+    2+9=11+0=11
     ...
     \\boxed{A=00132,B=00881,C=08211}
 
@@ -56,7 +61,7 @@ from scaffold.pocket._task import SOURCE, SPLITS, PocketTask, Split, split_of
 UNKNOWN = "?"
 """What an aggregation writes for a part it neither copied nor worked."""
 
-_PART = re.compile(r"([A-Z])=(\d+|\?)")
+_PART = re.compile(r"([A-Z])=(\d+|\?+)")
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ class PartsTask:
         4+8=12+1=13
         0+0=00+1=01
         0+0=00+0=00
-        \\boxed{A=00132}
+        \\boxed{A=00132,B=?????,C=?????}
     """
 
     digits: tuple[int, ...] = (2, 3, 4)
@@ -163,14 +168,27 @@ class PartsTask:
 
     # ----- candidates and aggregations -------------------------------------------------------------
 
+    @property
+    def blank(self) -> str:
+        """What a tuple writes in the slot of a part it does not state: ``"?????"``, as wide as a part's value."""
+        body = self.parts(self._widest_problem())[self.labels[-1]]
+        return UNKNOWN * len(self.part_task(self.labels[-1]).solution(body).rsplit("{", 1)[1].rstrip("}"))
+
+    def tuple_text(self, values: Mapping[str, str]) -> str:
+        """The boxed tuple with a slot for every part, in order: ``A=?????,B=?????,C=08211`` (:attr:`blank` for a part
+        ``values`` lacks or holds as ``"?"``)."""
+        return ",".join(f"{label}={self.blank if values.get(label, UNKNOWN) == UNKNOWN else values[label]}"
+                        for label in self.labels)
+
     def part_solution(self, problem: str, label: str, *, rng: random.Random | None = None, slips: int = 0) -> str:
         """A candidate working part ``label``: right, or with ``slips`` slips (drawn from ``rng``) the way the pocket
-        task's wrong solutions are (:meth:`PocketTask.slipped_solution`)."""
+        task's wrong solutions are (:meth:`PocketTask.slipped_solution`). It boxes the whole tuple with only its
+        own part filled in."""
         body = self.parts(problem)[label]
         part = self.part_task(label)
         text = part.slipped_solution(body, rng or random.Random(0), slips=slips) if slips else part.solution(body)
         lines, boxed = text.rsplit("\n", 1)
-        return f"{label}:{body}\n{lines}\n\\boxed{{{label}={extract_boxed(boxed)}}}"
+        return f"{label}:{body}\n{lines}\n\\boxed{{{self.tuple_text({label: extract_boxed(boxed) or ''})}}}"
 
     def worked_lines(self, problem: str, label: str) -> str:
         """Part ``label`` restated (``C:4821+3390``) and its worked column lines, without the boxed line.
@@ -184,31 +202,24 @@ class PartsTask:
     def aggregation(self, problem: str, candidates: Sequence[str | None]) -> str:
         """What an aggregation of ``candidates`` (their texts or answers) writes.
 
-        Each part some candidate states is copied: its right value when one states it, else the value most
-        candidates state (the first of a tie). The first part none states is worked; any later one is ``?``.
+        First one line per part, in order: the value most candidates state (the first stated of a tie), or
+        :attr:`blank` when none states it, so what is written follows from what is read, as a per-part vote. Then
+        the first part none states is worked, and the tuple is boxed (:attr:`blank` for any other part none states).
         """
-        reference = self.read(self.answer(problem)) or {}
         stated: dict[str, list[str]] = {}
         for text in candidates:
             for label, value in (self.read(_answer_of(text)) or {}).items():
                 if value != UNKNOWN:
                     stated.setdefault(label, []).append(value)
-        lines, values, worked = [], [], False
-        for label in self.labels:
-            given = stated.get(label)
-            if given:
-                right = [v for v in given if int(v) == int(reference[label])]
-                value = right[0] if right else Counter(given).most_common(1)[0][0]
-                lines.append(f"{label}={value}")
-            elif not worked:
-                worked = True
-                value = self.part_task(label).solution(self.parts(problem)[label]).rsplit("{", 1)[1].rstrip("}")
-                lines.append(self.worked_lines(problem, label))
-            else:
-                value = UNKNOWN
-                lines.append(f"{label}={UNKNOWN}")
-            values.append(f"{label}={value}")
-        return "\n".join([*lines, "\\boxed{" + ",".join(values) + "}"])
+        # ties: the first stated (a Counter keeps insertion order)
+        values = {label: Counter(given).most_common(1)[0][0] for label, given in stated.items()}
+        lines = [f"{label}={values.get(label, self.blank)}" for label in self.labels]
+        missing = [label for label in self.labels if label not in values]
+        if missing:
+            body = self.parts(problem)[missing[0]]
+            values[missing[0]] = self.part_task(missing[0]).solution(body).rsplit("{", 1)[1].rstrip("}")
+            lines.append(self.worked_lines(problem, missing[0]))
+        return "\n".join([*lines, "\\boxed{" + self.tuple_text(values) + "}"])
 
     def solve_budget(self) -> int:
         """A candidate's token budget (one token a character): the longest part's worked lines fit, with a little to
@@ -232,10 +243,10 @@ class PartsTask:
     # ----- reading and scoring answers -------------------------------------------------------------
 
     def read(self, answer: str | None) -> dict[str, str] | None:
-        """An answer's parts, label → value (``"?"`` where unknown); ``None`` if it is not a parts answer.
+        """An answer's parts, label → value (``"?"`` where unknown: a blank slot); ``None`` if it is not a parts answer.
 
         Examples:
-            >>> PartsTask().read("A=0144,C=?")
+            >>> PartsTask().read("A=0144,C=?????")
             {'A': '0144', 'C': '?'}
             >>> PartsTask().read("144") is None
             True
@@ -248,7 +259,7 @@ class PartsTask:
             match = _PART.fullmatch(piece)
             if match is None or match.group(1) not in self.labels or match.group(1) in out:
                 return None
-            out[match.group(1)] = match.group(2)
+            out[match.group(1)] = UNKNOWN if match.group(2).startswith(UNKNOWN) else match.group(2)
         return out or None
 
     def right_parts(self, answer: str | None, reference: str) -> set[str]:
@@ -258,8 +269,8 @@ class PartsTask:
                 if value != UNKNOWN and label in truth and int(value) == int(truth[label])}
 
     def score(self, answer: str | None, reference: str, *, whole: bool = False) -> float:
-        """The task's reward: 1.0 when every part ``answer`` states is right (and, with ``whole``, it states every
-        part), else 0.0.
+        """The task's reward: 1.0 when ``answer`` states a part and every part it states is right (and, with
+        ``whole``, it states every part), else 0.0. A blank slot (``?``) states nothing.
 
         Examples:
             >>> task = PartsTask()
@@ -268,10 +279,10 @@ class PartsTask:
             >>> task.score("A=132,B=0881,C=08211", "A=132,B=881,C=8211", whole=True)
             1.0
         """
-        stated = self.read(answer)
+        stated = {label for label, value in (self.read(answer) or {}).items() if value != UNKNOWN}
         if not stated or (whole and len(stated) != len(self.labels)):
             return 0.0
-        return float(self.right_parts(answer, reference) == set(stated))
+        return float(self.right_parts(answer, reference) == stated)
 
     def reward(self, trace: Any, reference: str) -> float:
         """The trainer's reward (``reward_fn(trace, reference)``): an aggregation (a trace with inputs) must state the
@@ -280,8 +291,8 @@ class PartsTask:
 
     def part_of(self, answer: str | None) -> str | None:
         """The part a candidate chose (its first stated part), ``None`` when it stated none."""
-        stated = self.read(answer)
-        return next(iter(stated)) if stated else None
+        stated = self.read(answer) or {}
+        return next((label for label, value in stated.items() if value != UNKNOWN), None)
 
     def vote_key(self, answer: str | None) -> str | None:
         """An answer normalised for voting (leading zeros dropped), ``None`` when it is not a parts answer."""

@@ -40,8 +40,9 @@ from scaffold.pocket._parts import PartsTask
 from scaffold.pocket._parts_eval import score_parts
 from scaffold.pocket._prompts import PARTS_AGGREGATE_PROMPT, PARTS_SOLVE_PROMPT, encode_example, render
 
-PARTS_FORMAT = 1
+PARTS_FORMAT = 2
 """Bumped whenever the task text, prompts or training change what a parts build produces."""
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +99,7 @@ class PartsConfig:
     choice: tuple[float, ...] = (0.65, 0.25, 0.1)
     """How often solving examples work each part once every part is learned (the second phase): the easy part most
     often, so the built model's sets are redundant."""
-    slips: tuple[float, ...] = (0.1, 0.25, 0.45)
+    slips: tuple[float, ...] = (0.2, 0.4, 0.6)
     """Per part, the share of its solving examples that carry a slip (:meth:`PartsTask.part_solution`) in the second
     phase: the parts differ in difficulty by design, so a candidate of the built model is wrong about as often as
     this on top of its own mistakes, whatever step its accuracy climbed at."""
@@ -124,7 +125,7 @@ class PartsConfig:
     max_positions: int = 1024
     seed: int = 0
     threads: int = 2
-    max_steps: int = 2400
+    max_steps: int = 3000
     batch_size: int = 32
     aggregate_batch_size: int = 16
     aggregate_every: int = 3
@@ -319,10 +320,9 @@ def train(config: PartsConfig, tokenizer: Any, validation: Sequence[dict[str, st
     step, started = 0, time.perf_counter()
     for step in range(1, config.max_steps + 1):
         every = config.focus_every if parts_learned and skewed_at is None else config.aggregate_every
-        batch = (examples.aggregation(config.aggregate_batch_size) if every > 0 and step % every != 0
-                 else examples.solving(config.batch_size)) if every < 0 else (
-            examples.aggregation(config.aggregate_batch_size) if every > 0 and step % every == 0
-            else examples.solving(config.batch_size))
+        aggregating = aggregation_step(step, every)
+        batch = (examples.aggregation(config.aggregate_batch_size) if aggregating
+                 else examples.solving(config.batch_size))
         loss = update(model, optimizer, batch, tokenizer.pad_token_id,
                       config.lr * min(1.0, step / max(1, config.warmup_steps)))
         average.update(step)
@@ -358,6 +358,20 @@ def train(config: PartsConfig, tokenizer: Any, validation: Sequence[dict[str, st
     landed = kept is not None and kept[0] == 0
     average.copy_to_model(kept[1] if kept is not None else None)
     return model, step, checks, landed
+
+
+def aggregation_step(step: int, every: int) -> bool:
+    """Whether training step ``step`` (from 1) is an aggregation step when ``every`` (``aggregate_every`` or
+    ``focus_every``) is in force: every ``every``-th step for ``every > 0``, every step but each ``-every``-th for
+    ``every < 0``, none for 0.
+
+    Examples:
+        >>> [aggregation_step(s, 3) for s in range(1, 7)], [aggregation_step(s, -3) for s in range(1, 7)]
+        ([False, False, True, False, False, True], [True, True, False, True, True, False])
+    """
+    if every < 0:
+        return step % -every != 0
+    return every > 0 and step % every == 0
 
 
 def parts_model(cache_dir: str | Path | None = None, *, config: PartsConfig | None = None, rebuild: bool = False,
