@@ -53,6 +53,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from scaffold._answers import extract_boxed
@@ -168,16 +169,20 @@ class PartsTask:
 
     # ----- candidates and aggregations -------------------------------------------------------------
 
-    @property
+    @cached_property
     def blank(self) -> str:
         """What a tuple writes in the slot of a part it does not state: ``"?????"``, as wide as a part's value."""
-        body = self.parts(self._widest_problem())[self.labels[-1]]
-        return UNKNOWN * len(self.part_task(self.labels[-1]).solution(body).rsplit("{", 1)[1].rstrip("}"))
+        return UNKNOWN * len(self._value(self._widest_problem(), self.labels[-1]))
+
+    def _value(self, problem: str, label: str) -> str:
+        """Part ``label``'s right value as a worked solution boxes it (``"08211"``)."""
+        return self.part_task(label).solution(self.parts(problem)[label]).rsplit("{", 1)[1].rstrip("}")
 
     def tuple_text(self, values: Mapping[str, str]) -> str:
         """The boxed tuple with a slot for every part, in order: ``A=?????,B=?????,C=08211`` (:attr:`blank` for a part
         ``values`` lacks or holds as ``"?"``)."""
-        return ",".join(f"{label}={self.blank if values.get(label, UNKNOWN) == UNKNOWN else values[label]}"
+        blank = self.blank
+        return ",".join(f"{label}={blank if values.get(label, UNKNOWN) == UNKNOWN else values[label]}"
                         for label in self.labels)
 
     def part_solution(self, problem: str, label: str, *, rng: random.Random | None = None, slips: int = 0) -> str:
@@ -216,8 +221,7 @@ class PartsTask:
         lines = [f"{label}={values.get(label, self.blank)}" for label in self.labels]
         missing = [label for label in self.labels if label not in values]
         if missing:
-            body = self.parts(problem)[missing[0]]
-            values[missing[0]] = self.part_task(missing[0]).solution(body).rsplit("{", 1)[1].rstrip("}")
+            values[missing[0]] = self._value(problem, missing[0])
             lines.append(self.worked_lines(problem, missing[0]))
         return "\n".join([*lines, "\\boxed{" + self.tuple_text(values) + "}"])
 

@@ -44,7 +44,6 @@ PARTS_FORMAT = 2
 """Bumped whenever the task text, prompts or training change what a parts build produces."""
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class PartsRegime:
     """Where a parts model must land for set-level credit to have something to act on (fractions in [0, 1]).
