@@ -113,13 +113,17 @@ EVAL_SEED = 1234
 POWER = """Measured costs and the sizing they give (2-core Intel Xeon, the default parts build of seed 0).
 
 Step cost, 8 problems a step, 24 rollouts a problem (3 steps of each method, seconds a step):
-grpo 4.2, grpo8 1.3, aggregator_only 31.8, spiral 29.7, spiral_rsa 18.9. The aggregation rollouts dominate:
-for about the same number of sampled tokens as GRPO's 192 candidates, a step with 64 aggregations of
-500-token prompts costs seven times as much. The positive control (2,000 sets) takes 93 s.
+grpo 4.0, grpo8 1.4, aggregator_only 11.1, spiral 13.2, spiral_rsa 12.8. A step with aggregations costs
+about three times a GRPO step for about the same sampled tokens: half of it is the update, whose forward and
+backward passes read the aggregations' 500-token prompts, half the rollouts. (A first measurement gave
+aggregator_only 31.8, spiral 29.7 and spiral_rsa 18.9: the graphs' final vote, not trained, compared the
+tuples by mathematical equivalence, 80% of a step; the recipes now vote with the task's own equivalence,
+``PartsTask.same``.) The positive control (2,000 sets) takes 93 s.
 
-The full plan (5 methods x 3 seeds x 100 steps) is then 100 x 85.9 s x 3 = 7.2 hours of training, plus 16
-evaluations and 16 matched-KL evaluations on 500 problems. On 2 cores it runs in chunks (``--max-minutes``)
-over several sessions; ``examples/gpu/train_spiral_gpu.sh`` runs it on one GPU.
+The full plan (5 methods x 3 seeds x 100 steps) is then 100 x 42.5 s x 3 = 3.5 hours of training, plus 16
+evaluations on 500 problems and the matched-KL evaluations of runs whose matched step is not their last. On
+2 cores it runs in chunks (``--max-minutes``) over several sessions; ``examples/gpu/train_spiral_gpu.sh``
+runs it on one GPU.
 
 Power of the primary comparison (RSA population accuracy, spiral - grpo, paired over seeds and problems):
 at the start, rsa_pop was 0.094 (on 8 test problems only); taking a per-problem paired difference's standard
@@ -174,7 +178,8 @@ class RunLog:
 def method_recipe(method: str, task: PartsTask) -> Recipe:
     """The recipe of a method on the parts task: 24 rollouts per problem (8 for ``grpo8``)."""
     prompts: dict[str, Any] = {"prompt": PARTS_SOLVE_PROMPT, "aggregate_prompt": PARTS_AGGREGATE_PROMPT,
-                               "aggregate_temperature": 1.0, "max_tokens": task.solve_budget()}
+                               "aggregate_temperature": 1.0, "max_tokens": task.solve_budget(),
+                               "equivalence": task.same}
     if method in ("grpo", "grpo8"):
         return recipe("grpo", samples=ROLLOUTS[method], **prompts)
     if method == "aggregator_only":
@@ -510,8 +515,10 @@ def main() -> None:
             step = at[(run.method, run.seed)]
             work = plan.out / f"{run.method}-s{run.seed}"
             last = run.steps[-1]["step"] if run.steps else 0
-            # no KL measured at a snapshot: the start; the last step's weights are the final ones
-            snapshot = None if step == 0 else work / ("final.pt" if step == last else f"snapshot-{step}.pt")
+            if step == last:  # the final weights: already scored
+                run.matched = run.scores
+                continue
+            snapshot = None if step == 0 else work / f"snapshot-{step}.pt"  # 0: no KL measured, the start
             run.matched = cached(plan.results / f"{run.method}-s{run.seed}.matched.test.json",
                                  plan.key(base, method=run.method, seed=run.seed, kl_step=step), plan,
                                  partial(evaluate, base, snapshot, held_out, plan))

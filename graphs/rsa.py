@@ -37,12 +37,14 @@ def rsa(
     logprobs: bool = False,
     aggregate_temperature: float | None = None,
     max_tokens: int | None = None,
+    equivalence: sf.Equivalence | None = None,
 ) -> Any:
     """N samples, then T steps of N aggregations over random K-subsets; optionally a final vote.
 
     ``logprobs=True`` records every call's token logprobs (what training on RSA rollouts needs);
     ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the model's);
-    ``max_tokens`` is each first sample's token budget (``None``: the model's).
+    ``max_tokens`` is each first sample's token budget (``None``: the model's); ``equivalence`` is the final
+    vote's (``None``: :func:`scaffold.equivalent`, mathematical equivalence).
 
     Examples:
         >>> from graphs import rsa
@@ -55,7 +57,7 @@ def rsa(
     for step in range(1, steps + 1):
         pop = sf.aggregate(pop, model=model, k=k, n=n, prompt=aggregate_prompt, name=f"step{step}",
                            logprobs=logprobs, params=params)
-    return sf.vote(pop, name="vote") if final_vote else pop
+    return sf.vote(pop, name="vote", equivalence=equivalence or sf.equivalent) if final_vote else pop
 
 
 def population_by_step(result: sf.RunResult, prefix: str = "step") -> list[list[sf.Trace]]:

@@ -45,10 +45,11 @@ calls per problem)."""
 
 @sf.graph(name="grpo_group")
 def grpo_group(problem: str, *, n: int = 8, model: str = "solver", prompt: str = SOLVE_PROMPT,
-               max_tokens: int | None = None) -> Any:
+               max_tokens: int | None = None, equivalence: sf.Equivalence | None = None) -> Any:
     """A group of ``n`` solutions with their logprobs, then a vote (for evaluation).
 
-    ``max_tokens`` is each solution's token budget (``None``: the model's).
+    ``max_tokens`` is each solution's token budget (``None``: the model's); ``equivalence`` is the vote's
+    (``None``: :func:`scaffold.equivalent`, mathematical equivalence).
 
     Examples:
         >>> from graphs import grpo_group
@@ -56,7 +57,7 @@ def grpo_group(problem: str, *, n: int = 8, model: str = "solver", prompt: str =
         {'solver': 6}
     """
     return sf.vote(sf.sample(prompt, model=model, n=n, logprobs=True, name="samples", params=_budget(max_tokens)),
-                   name="vote")
+                   name="vote", equivalence=equivalence or sf.equivalent)
 
 
 @sf.graph(name="spiral")
@@ -72,6 +73,7 @@ def spiral(
     aggregate_prompt: str = AGGREGATE_PROMPT,
     aggregate_temperature: float | None = None,
     max_tokens: int | None = None,
+    equivalence: sf.Equivalence | None = None,
 ) -> Any:
     """``n`` search samples, ``sets`` distinct ``k``-subsets, ``aggregations`` per subset, then a vote (for evaluation).
 
@@ -80,7 +82,9 @@ def spiral(
     exceeds C(n, k), or when ``None`` would mean more than :data:`MAX_ALL_SETS` subsets.
     ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the
     model's), so that a set's N2 aggregations can disagree and their set-relative credit is not 0.
-    ``max_tokens`` is each search sample's token budget (``None``: the model's).
+    ``max_tokens`` is each search sample's token budget (``None``: the model's). ``equivalence`` is the final
+    vote's (``None``: :func:`scaffold.equivalent`); a task whose answers are not numbers passes its own, both to
+    vote right and because mathematical equivalence is slow on long non-numeric answers.
 
     Examples:
         >>> from graphs import spiral
@@ -94,7 +98,7 @@ def spiral(
     aggregated = sf.aggregate(candidates, model=model, select=subsets, samples=aggregations,
                               prompt=aggregate_prompt, logprobs=True, name="aggregate",
                               params=_temperature(aggregate_temperature))
-    return sf.vote(aggregated, name="vote")
+    return sf.vote(aggregated, name="vote", equivalence=equivalence or sf.equivalent)
 
 
 @sf.graph(name="agglm_data")
@@ -110,8 +114,11 @@ def agglm_data(
     aggregate_prompt: str = AGGREGATE_PROMPT,
     aggregate_temperature: float | None = None,
     max_tokens: int | None = None,
+    equivalence: sf.Equivalence | None = None,
 ) -> Any:
     """``n`` samples split into consecutive sets of ``k``, each aggregated; hard/easy selection happens at credit time.
+
+    ``equivalence`` is the final vote's, as in :func:`spiral`.
 
     Examples:
         >>> from graphs import agglm_data
@@ -122,7 +129,7 @@ def agglm_data(
     aggregated = sf.aggregate(drafts, model=aggregator, select=sf.Partition(k, drop_remainder=True),
                               samples=aggregations, prompt=aggregate_prompt, logprobs=True, name="aggregate",
                               params=_temperature(aggregate_temperature))
-    return sf.vote(aggregated, name="vote")
+    return sf.vote(aggregated, name="vote", equivalence=equivalence or sf.equivalent)
 
 
 def _budget(max_tokens: int | None) -> dict[str, int] | None:

@@ -17,7 +17,7 @@ Examples:
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from scaffold._answers import equivalent, extract_boxed, extract_last_number
+from scaffold._answers import Equivalence, Extractor, equivalent, extract_boxed, extract_last_number
 from scaffold._budget import Budget
 from scaffold._builder import Input
 from scaffold._clock import MONOTONIC, Clock
@@ -178,6 +178,8 @@ __all__ = [
     "extract_boxed",
     "extract_last_number",
     "equivalent",
+    "Equivalence",
+    "Extractor",
     # datasets
     "load_problems",
     "DATASETS",

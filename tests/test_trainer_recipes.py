@@ -33,3 +33,25 @@ def test_aggregations_sample_at_their_own_temperature_and_every_call_records_log
     assert {r.params.get("temperature") for r in aggregations} == {1.3}
     assert {r.params.get("temperature") for r in samples} == {None}
     assert all(r.logprobs for r in backend.requests)
+
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_recipes_vote_uses_the_equivalence_it_is_given(name: str) -> None:
+    """recipe(..., equivalence=same) reaches the graph's final vote: answers equal under it form one cluster, and
+    answers mathematically equal but not under it stay apart; without it the vote is mathematical."""
+
+    def same(a: str, b: str) -> bool:  # leading zeros do not count; nothing else is equal
+        return a.replace("=0", "=") == b.replace("=0", "=")
+
+    def clusters(**options: object) -> dict[str, int]:
+        answers = iter(["\\boxed{x=01}", "\\boxed{x=1}", "\\boxed{1/2}", "\\boxed{0.5}"] * 20)
+        backend = ScriptedBackend(lambda request: next(answers))
+        result = recipe(name, **options).graph.run_sync({"problem": "p"}, models={"solver": backend}, store=None,
+                                                         seed=0)
+        return {answer: members for answer, _, members in result.output.metadata["counts"]}
+
+    given = clusters(equivalence=same)
+    assert len(given) == 3 and "1/2" in given and "0.5" in given
+    assert given["1/2"] == given["0.5"] and sum(given.values()) == 4 * given["1/2"]  # x=01 and x=1: one cluster
+    assert not {"1/2", "0.5"} <= set(clusters())

@@ -78,6 +78,7 @@ def recipe(
     mixed_sets_only: bool = False,
     dynamic_sampling: int = 0,
     max_tokens: int | None = None,
+    equivalence: sf.Equivalence | None = None,
 ) -> Recipe:
     """The recipe ``name`` (one of :data:`METHODS`; ``"agglm"`` is the aggregator-only one) with these sizes.
 
@@ -85,14 +86,18 @@ def recipe(
     ``scale_by_std``, ``mixed_sets_only`` and ``dynamic_sampling`` are :class:`~trainers.LoopConfig`'s options,
     passed on in ``loop_options``. ``max_tokens`` is every first sample's (candidate's) token budget, ``None``
     for the loop's sampling parameters (a task whose candidates must fit a budget sets it; aggregations keep
-    the loop's). Raises ``ValueError`` for an unknown name.
+    the loop's). ``equivalence`` is the graphs' final vote's (``None``: mathematical equivalence; the vote is not
+    trained, but it runs every rollout, so a task with non-numeric answers passes its own). Raises ``ValueError``
+    for an unknown name.
     """
     temperature = {"aggregate_temperature": aggregate_temperature}
-    prompts = {"prompt": prompt, "aggregate_prompt": aggregate_prompt, "max_tokens": max_tokens}
+    prompts = {"prompt": prompt, "aggregate_prompt": aggregate_prompt, "max_tokens": max_tokens,
+               "equivalence": equivalence}
     given = {"scale_by_std": scale_by_std, "mixed_sets_only": mixed_sets_only, "dynamic_sampling": dynamic_sampling}
     options = {key: value for key, value in given.items() if value}
     if name == "grpo":
-        return Recipe(name, graphs.grpo_group.build(n=samples, prompt=prompt, max_tokens=max_tokens),
+        return Recipe(name, graphs.grpo_group.build(n=samples, prompt=prompt, max_tokens=max_tokens,
+                                                       equivalence=equivalence),
                       {"scheme": "grpo", **options})
     if name in ("aggregator_only", "agglm"):
         graph = graphs.agglm_data.build(n=samples, k=set_size, aggregations=aggregations, **prompts, **temperature)

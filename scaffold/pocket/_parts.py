@@ -305,6 +305,20 @@ class PartsTask:
             return None
         return ",".join(f"{k}={v if v == UNKNOWN else int(v)}" for k, v in sorted(stated.items()))
 
+    def same(self, a: str | None, b: str | None) -> bool:
+        """Whether two answers vote together: the same :meth:`vote_key` (an answer that is not a parts answer
+        matches none). The equivalence to give a vote over this task's answers (``sf.vote(..., equivalence=
+        task.same)``, ``recipe(..., equivalence=task.same)``): mathematical equivalence reads a tuple as a set of
+        equations, which is slow and not this task's notion of the same answer.
+
+        Examples:
+            >>> task = PartsTask()
+            >>> task.same("A=012,B=?????,C=7", "C=7,A=12,B=?"), task.same("A=1", "A=2"), task.same("x", "x")
+            (True, False, False)
+        """
+        key = self.vote_key(a)
+        return key is not None and key == self.vote_key(b)
+
 
 def _answer_of(text: str | None) -> str | None:
     """A candidate's answer: the boxed content of a text, or the text itself when it is an answer already."""
