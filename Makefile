@@ -49,3 +49,4 @@ bench: install
 	$(BIN)/python benchmarks/distributed_training.py
 	$(BIN)/python benchmarks/ui.py
 	$(BIN)/python benchmarks/agents.py
+	$(BIN)/python benchmarks/answers.py

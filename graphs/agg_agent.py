@@ -24,8 +24,7 @@ AGG_AGENT_PROMPT = (
     "Problem:\n{problem}\n\n"
     "{k} candidate solutions to this problem were written. They are not shown here: read them with the tools. "
     "list_candidates gives each one's final answer; get_solution, get_segment and search_candidates show their "
-    "text. Check the candidates where they disagree, cite the ones your answer relies on, and end with the final "
-    "answer in \\boxed{}."
+    "text. Check the candidates where they disagree and cite the ones your answer relies on. {answer_format}"
 )
 """The aggregator's prompt: the problem and the number of candidates, not the candidates themselves."""
 

@@ -3,7 +3,10 @@
 Every topology takes its prompts as build parameters, so a model trained on other prompts (the
 pocket model's :data:`~scaffold.pocket.SOLVE_PROMPT`, say) gets exactly what it knows. Templates
 use ``{problem}``; aggregation prompts also get ``{candidates}`` (the numbered candidate texts)
-and ``{k}`` (how many). Other braces are literal (``\\boxed{}``); ``{{name}}`` is a literal ``{name}``.
+and ``{k}`` (how many). ``{answer_format}`` is how to state the answer, in the words of the run's answer kind
+(:mod:`scaffold.answers`: "End with the final answer in \\boxed{}." for math, the default), so every topology
+runs on multiple choice or free text without a new prompt (``graph.run(..., answer_kind="choice")``). Other
+braces are literal (``\\boxed{}``); ``{{name}}`` is a literal ``{name}``.
 The generic aggregation prompt is not defined here: :data:`AGGREGATE_PROMPT` is the text of
 :data:`scaffold.AGGREGATE_PROMPT`, so that ``sf.aggregate`` and the topologies share one default.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 import scaffold as sf
 
 SOLVE_PROMPT = (
-    "Solve the following problem step by step. Put the final answer in \\boxed{}.\n\n"
+    "Solve the following problem step by step. {answer_format}\n\n"
     "Problem:\n{problem}"
 )
 """One chain of thought for a problem."""
@@ -25,14 +28,14 @@ AGGREGATE_PROMPT: str = sf.AGGREGATE_PROMPT.text
 SUMMARY_PROMPT = (
     "Problem:\n{problem}\n\n"
     "Here are {k} independent attempts at the problem:\n\n{candidates}\n\n"
-    "Considering all of the attempts, state the final answer only, as \\boxed{}."
+    "Considering all of the attempts, state the final answer only. {answer_format}"
 )
 """SSA-style aggregation: the samples in, a short final answer out."""
 
 MOA_PROMPT = (
     "You have been given responses from several models to the problem below. Critically evaluate them, "
     "since some may be biased or wrong, and write one refined, accurate and complete response of your own. "
-    "End with the final answer in \\boxed{}.\n\n"
+    "{answer_format}\n\n"
     "Problem:\n{problem}\n\nResponses:\n{candidates}"
 )
 """Mixture-of-Agents: a layer's proposers and the final aggregator read every previous-layer response."""
@@ -41,7 +44,7 @@ EVOLVE_PROMPT = (
     "Problem:\n{problem}\n\n"
     "Here are {k} solutions from a population of attempts:\n\n{candidates}\n\n"
     "Write a new, improved solution: keep what is right in them, fix what is wrong, and try a different idea "
-    "where they all seem stuck. End with the final answer in \\boxed{}."
+    "where they all seem stuck. {answer_format}"
 )
 """Population evolution: parents in, one child out."""
 
@@ -63,6 +66,6 @@ REFINE_PROMPT = (
     "Problem:\n{problem}\n\n"
     "Here are the best solutions found so far, as ranked by a judge:\n\n{candidates}\n\n"
     "Write a new solution that improves on them: fix any remaining mistakes and make every step clear. "
-    "End with the final answer in \\boxed{}."
+    "{answer_format}"
 )
 """Pairwise ranking: elites in, a new candidate out."""

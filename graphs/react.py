@@ -15,7 +15,7 @@ from scaffold.tools import named_tools
 
 REACT_PROMPT = (
     "Solve the problem below. Think step by step. When a step needs computing or looking up, call a tool "
-    "instead of guessing, and use its answer. End with the final answer in \\boxed{}.\n\n"
+    "instead of guessing, and use its answer. {answer_format}\n\n"
     "Problem:\n{problem}"
 )
 """The agent's prompt (its own text; the tool descriptions travel with the request)."""

@@ -25,6 +25,8 @@ from scaffold._control import loop
 from scaffold._data import DATASETS, HUB_DATASETS, HubDataset, ShippedDataset, load_problems
 from scaffold._errors import (
     AgentLimitError,
+    AnswerKindError,
+    ArgumentError,
     AuthenticationError,
     BackendError,
     BadRequestError,
@@ -69,6 +71,7 @@ from scaffold._errors import (
 from scaffold._events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
 from scaffold._graph import Graph, GraphFunction, graph
 from scaffold._graph_map import LocalRunner
+from scaffold._judge import JUDGE_SAME_PROMPT, Judge, judge
 from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._messages import assistant_message, tool_message
 from scaffold._nodes import Node, Quorum, RuleOutput
@@ -99,6 +102,7 @@ from scaffold.backends import (
     LiteLLMBackend,
     Model,
     OpenAIBackend,
+    Price,
     Retry,
     StreamingBackend,
     TransformersBackend,
@@ -146,6 +150,9 @@ __all__ = [
     "current_tool_call",
     # rules and set operations
     "vote",
+    "judge",
+    "Judge",
+    "JUDGE_SAME_PROMPT",
     "weighted_vote",
     "best_of",
     "top_k",
@@ -192,6 +199,7 @@ __all__ = [
     "Capabilities",
     "Model",
     "Retry",
+    "Price",
     "Budget",
     "OpenAIBackend",
     "LiteLLMBackend",
@@ -245,6 +253,8 @@ __all__ = [
     "GraphDefinitionError",
     "InputError",
     "DatasetError",
+    "AnswerKindError",
+    "ArgumentError",
     "EvaluationError",
     "RunError",
     "CallError",

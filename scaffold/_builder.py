@@ -18,6 +18,10 @@ from scaffold._errors import GraphDefinitionError
 if TYPE_CHECKING:
     from scaffold._nodes import GateNode, InputNode, Node
 
+ANSWER_FORMAT = "answer_format"
+"""The template variable every prompt may use: how to state the answer, as the node's (or run's) answer kind
+words it (``AnswerKind.instruction``), unless a graph input or binding has that name."""
+
 
 class Input:
     """Symbol for a graph input while the graph is built.
@@ -91,10 +95,12 @@ class Builder:
                 return ("const", value)
         if name in self.input_names:
             return ("input", name)
+        if name == ANSWER_FORMAT:
+            return ("answer_format", None)
         raise KeyError(name)
 
     def available_vars(self) -> set[str]:
-        out = set(self.input_names)
+        out = set(self.input_names)  # {answer_format} resolves too (resolve_var), but is not listed
         for scope in self.scopes:
             out.update(k for k, v in scope.bindings.items() if not _is_node(v))
         return out

@@ -21,6 +21,7 @@ on the hot path unless it is used.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from scaffold._jobs import Slot
     from scaffold._nodes import CallNode
     from scaffold._run_context import RunContext
+    from scaffold.answers import AnswerKind
 
 Send = Callable[[Request], Awaitable[Reply]]
 """Something that answers a request: :meth:`Model.complete`, or a layer around it."""
@@ -219,6 +221,12 @@ async def call(
         try:  # a malformed completion or an extractor that raises is this call's failure
             for i, completion in enumerate(completions):
                 traces.append(answered(run, node, request, inputs, index + i, completion, started, latency, attempt))
+            kind = run.answers_for(node)
+            if kind.reasks:
+                for i in range(len(traces)):
+                    traces[i] = await reasked(run, node, send, traces[i], kind)
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
             run.node_failed(node, outs, index, exc, request, inputs, started, latency)
             return
@@ -226,6 +234,35 @@ async def call(
             run.finish(slot, trace)
     finally:  # cheaper than a done-callback, which costs one more loop turn per call
         run.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+
+async def reasked(run: RunContext, node: CallNode, send: Send, trace: Trace, kind: AnswerKind) -> Trace:
+    """``trace``, or, when its answer kind refuses its text (:meth:`AnswerKind.check`), the reply to asking again
+    with the reason, up to ``kind.reasks`` times. Each refused reply is recorded (id ``<trace>.reask<j>``) and read
+    by the next; the last reply keeps the call's id, and ``metadata["reasks"]`` says how many it took (with
+    ``["invalid"]``, the last reason, when none passed)."""
+    problem = kind.check(trace.text)
+    asked, lineage = 0, tuple(trace.inputs)
+    while problem is not None and asked < kind.reasks and trace.request is not None:
+        asked += 1
+        refused = dataclasses.replace(trace, id=f"{trace.id}.reask{asked}", answer=None,
+                                      metadata={**trace.metadata, "invalid": problem})
+        run.record(refused)
+        lineage = (*lineage, refused.id)
+        request = dataclasses.replace(
+            trace.request, n=1, seed=None if trace.request.seed is None else trace.request.seed + asked,
+            messages=(*trace.request.messages, ("assistant", trace.text),
+                      ("user", f"That reply is not a valid answer: {problem}\n{kind.instruction}")))
+        reply = await send(request)
+        trace = answered(run, node, request, lineage, trace.index, reply.completions[0], reply.started,
+                         reply.latency, reply.attempts)
+        problem = kind.check(trace.text)
+    if not asked:
+        return trace
+    metadata = {**trace.metadata, "reasks": asked}
+    if problem is not None:
+        metadata["invalid"] = problem
+    return dataclasses.replace(trace, metadata=metadata)
 
 
 def _cancelled_by_backend() -> bool:
@@ -264,7 +301,7 @@ def answered(
         metadata = {**metadata, "finish_reason": completion.finish_reason}
     return _new_trace(
         id=f"{run.run_id}/{node.name}#{index}", run_id=run.run_id, node=node.name, index=index,
-        model=node.alias, request=request, text=text, answer=(node.extract or run.extract)(text),
+        model=node.alias, request=request, text=text, answer=run.extractor(node)(text),
         token_ids=completion.token_ids, logprobs=completion.logprobs, usage=completion.usage,
         cost=completion.cost, latency=latency, started_at=started, inputs=inputs, attempt=attempt,
         metadata=metadata,

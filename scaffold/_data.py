@@ -26,7 +26,9 @@ from types import MappingProxyType
 from typing import IO, Any
 
 from scaffold._errors import DatasetError
-from scaffold._rows import hub_rows, load_hub_problems, open_hub, read_jsonl
+from scaffold._rows import check_row, hub_rows, load_hub_problems, open_hub, read_jsonl, read_table
+from scaffold.answers import CHOICES_TEMPLATE, AnswerKind, ChoiceAnswer, choice_rows
+from scaffold.answers import answer_kind as answer_kind_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,15 +117,23 @@ _FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt", ".gz")
 
 
 def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, split: str | None = None,
-                  problem_key: str = "problem", answer_key: str = "answer") -> list[dict[str, Any]]:
+                  problem_key: str = "problem", answer_key: str = "answer",
+                  answer_kind: str | AnswerKind | None = None, choices_key: str = "choices",
+                  template: str = CHOICES_TEMPLATE) -> list[dict[str, Any]]:
     """The problems ``source`` names, each row with ``problem`` and ``answer`` as strings (other fields kept).
 
-    ``source`` is a shipped set's name (:data:`DATASETS`), else a path (a JSONL file or a local Hugging
-    Face dataset directory), else a Hugging Face hub dataset (a name of :data:`HUB_DATASETS` or
+    ``source`` is a shipped set's name (:data:`DATASETS`), else a path (a JSONL, CSV or Parquet file, or a local
+    Hugging Face dataset directory), else a Hugging Face hub dataset (a name of :data:`HUB_DATASETS` or
     ``OWNER/NAME``); a ``Path`` object is only ever a path. ``limit`` keeps the first rows; ``split``
     picks a hub dataset's split (default: the known set's own, else ``test``); ``problem_key`` and
     ``answer_key`` name the fields of a file or hub dataset of your own. Raises :class:`DatasetError`
     naming what was tried when nothing resolves, and the file and line of a malformed row.
+
+    With ``answer_kind="choice"`` the rows are multiple-choice questions (:func:`scaffold.answers.choice_rows`):
+    the question in ``problem_key`` (``"problem"`` means ``question``, else ``problem``), the options in
+    ``choices_key`` or in columns ``A``, ``B``..., the answer a letter, an option's text or a 0-based index;
+    each becomes a row whose ``problem`` is the question with its lettered options (``template``), whose
+    ``choices`` are the options and whose ``answer`` is the right letter.
 
     Examples:
         >>> import scaffold as sf
@@ -135,6 +145,10 @@ def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, s
     """
     if limit is not None and limit < 1:
         raise DatasetError(f"limit must be at least 1, got {limit}")
+    if answer_kind is not None and isinstance(answer_kind_of(answer_kind), ChoiceAnswer):
+        raw, where = _raw_rows(source, limit=limit, split=split)
+        return choice_rows(raw, where, question_key="question" if problem_key == "problem" else problem_key,
+                           choices_key=choices_key, answer_key=answer_key, template=template)
     name = os.fspath(source)
     shipped = DATASETS.get(_ALIASES.get(name, name)) if isinstance(source, str) else None
     if shipped is not None:
@@ -143,6 +157,11 @@ def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, s
         with shipped.open() as lines:
             return read_jsonl(lines, shipped.name, limit=limit)
     path = Path(name).expanduser()
+    if path.is_file() and path.suffix.lower() in (".csv", ".parquet"):
+        rows = [check_row(row, where, problem_key, answer_key) for where, row in read_table(str(path), limit=limit)]
+        if not rows:
+            raise DatasetError(f"{path}: the dataset is empty")
+        return rows
     if path.is_file():
         with path.open(encoding="utf-8") as lines:
             return read_jsonl(lines, str(path), limit=limit, problem_key=problem_key, answer_key=answer_key)
@@ -152,6 +171,28 @@ def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, s
     if not isinstance(source, str):
         raise DatasetError(f"{path}: no such dataset file or directory")
     return _load_from_hub(name, limit=limit, split=split, problem_key=problem_key, answer_key=answer_key)
+
+
+def _raw_rows(source: str | os.PathLike[str], *, limit: int | None, split: str | None
+              ) -> tuple[list[dict[str, Any]], str]:
+    """The rows ``source`` names as they are (for a kind that reads its own fields), and what to call it."""
+    name = os.fspath(source)
+    path = Path(name).expanduser()
+    if path.is_file():
+        rows = [row for _, row in read_table(str(path), limit=limit)]
+    elif path.is_dir() or (isinstance(source, str) and _HUB_NAME.fullmatch(name)):
+        rows = []
+        for row in open_hub(name if not path.is_dir() else str(path), split or "test"):
+            rows.append(dict(row))
+            if limit is not None and len(rows) >= limit:
+                break
+        name = f"{name}[{split or 'test'}]"
+    else:
+        raise DatasetError(f"no multiple-choice dataset {name!r}: not a file (JSONL, CSV or Parquet), a local "
+                           f"Hugging Face dataset directory or a hub name OWNER/NAME")
+    if not rows:
+        raise DatasetError(f"{name}: the dataset is empty")
+    return rows, name
 
 
 def _load_from_hub(name: str, *, limit: int | None, split: str | None, problem_key: str,

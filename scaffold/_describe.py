@@ -9,7 +9,6 @@ from scaffold._errors import GraphDefinitionError
 from scaffold._json import to_json
 from scaffold._nodes import (
     AgentNode,
-    CallNode,
     ConstNode,
     GateNode,
     InputNode,
@@ -26,7 +25,7 @@ def count_calls(graph: Graph, input_sizes: Mapping[str, int] | None = None) -> d
     sizes = infer_sizes(graph, input_sizes)
     counts: dict[str, int] = {}
     for node in graph.nodes:
-        if isinstance(node, CallNode):
+        if node.alias is not None:  # call nodes, agents and judged votes
             try:
                 calls = node.calls(sizes)
             except GraphDefinitionError:

@@ -12,6 +12,9 @@
     │   └── GraphDefinitionError         anything else malformed (wrong argument types, bad selector...)
     ├── InputError (ValueError)          a run's inputs do not fit the graph (missing variable, bad candidate row)
     ├── DatasetError (ValueError)        a dataset file or row is malformed (names the file and line)
+    ├── AnswerKindError (ValueError)     an unknown answer kind, or options the kind cannot take
+    ├── ArgumentError (TypeError)        a run's argument of the wrong form (models=, budget=, concurrency=), or a
+    │                                    build parameter passed at run time (names the ``.build(...)`` to use)
     ├── EvaluationError (ValueError)     an evaluation cannot run or be read (a reused name, nothing to compare)
     ├── RunError (RuntimeError)          failures while a run executes
     │   ├── CallError                    a model call failed under the fail-fast policy (``.trace`` has the record)
@@ -92,6 +95,14 @@ class InputError(ScaffoldError, ValueError):
 
 class DatasetError(ScaffoldError, ValueError):
     """A dataset file or row is malformed; the message names the file and line."""
+
+
+class ArgumentError(ScaffoldError, TypeError):
+    """A run's argument of the wrong form, or a build parameter passed at run time."""
+
+
+class AnswerKindError(ScaffoldError, ValueError):
+    """An unknown answer kind, or options an answer kind cannot take."""
 
 
 class EvaluationError(ScaffoldError, ValueError):

@@ -36,11 +36,12 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scaffold._answers import Extractor, extract_boxed
+from scaffold._answers import Extractor
 from scaffold._budget import Budget
 from scaffold._call import DeltaSink, ReuseSource, Send, sender, streamed
 from scaffold._context import RUN_ID
 from scaffold._errors import (
+    ArgumentError,
     BackendError,
     CallError,
     CallTimeout,
@@ -57,6 +58,8 @@ from scaffold._nodes import AgentNode, Node, Quorum
 from scaffold._result import RunResult
 from scaffold._sizes import check_run_sizes
 from scaffold._types import Request, Status, Trace, TraceKind
+from scaffold.answers import AnswerKind
+from scaffold.answers import answer_kind as answer_kind_of
 from scaffold.backends._base import provider_of
 from scaffold.backends._model import Model, resolve_model
 
@@ -94,7 +97,8 @@ class Run:
         seed: int,
         subscribers: Sequence[Subscriber] = (),
         call_timeout: float | None = None,
-        extract: Extractor = extract_boxed,
+        extract: Extractor | None = None,
+        answer_kind: AnswerKind | str | None = None,
         budget: Budget | None = None,
         reuse: Sequence[ReuseSource] = (),
         on_delta: DeltaSink | None = None,
@@ -123,7 +127,10 @@ class Run:
         self.listeners = wanted_by(self.subscribers)
         """Each event class and the subscribers that want it (an event nobody wants is not built)."""
         self.call_timeout = call_timeout
-        self.extract = extract
+        self.answers: AnswerKind = answer_kind_of(answer_kind).bind(inputs)
+        """The run's answer kind, bound to its inputs (a multiple-choice kind has the row's options)."""
+        self.extract: Extractor = extract if extract is not None else self.answers.extract
+        self._node_answers: dict[int, AnswerKind] = {}
         self.slots: list[list[Slot]] = []
         self.gate_tokens: dict[int, Slot] = {}
         self.traces: list[Trace] = []
@@ -143,6 +150,24 @@ class Run:
     """The value of a slot whose node did not run (its loop stopped, or a member it reads was skipped)."""
 
     # -- what node kinds use while they expand and fire ------------------------------------
+    def answers_for(self, node: Node) -> AnswerKind:
+        """The answer kind of ``node``'s traces: its own (``extract=`` a kind), bound to the run's inputs, else the
+        run's."""
+        own = getattr(node, "extract", None)
+        if not isinstance(own, AnswerKind):
+            return self.answers
+        bound = self._node_answers.get(node.id)
+        if bound is None:
+            bound = self._node_answers[node.id] = own.bind(self.inputs)
+        return bound
+
+    def extractor(self, node: Node) -> Extractor:
+        """How ``node``'s answers are read: its own extractor or kind, else the run's."""
+        own = getattr(node, "extract", None)
+        if own is None:
+            return self.extract
+        return self.answers_for(node).extract if isinstance(own, AnswerKind) else own
+
     def new_slots(self, count: int) -> list[Slot]:
         self.remaining += count
         return [Slot() for _ in range(count)]
@@ -439,7 +464,16 @@ def _member_ids(slots: list[Slot]) -> list[str]:
 
 def bind_models(graph: Graph, models: Mapping[str, Any] | None) -> dict[str, Model]:
     """Check that every alias the graph uses is bound, and wrap bindings as :class:`Model`."""
+    if models is not None and not isinstance(models, Mapping):
+        aliases = sorted(graph.aliases) or ["solver"]
+        raise ArgumentError(f"models= maps each model alias to a backend, a Model or a spec string, e.g. "
+                            f"models={{{', '.join(repr(a) + ': backend' for a in aliases)}}}; got "
+                            f"{type(models).__name__}")
     models = dict(models or {})
+    bad = sorted(alias for alias in models if not isinstance(alias, str))
+    if bad:
+        raise ArgumentError(f"models= is keyed by alias strings ({', '.join(map(repr, sorted(graph.aliases)))}), "
+                            f"got {bad[0]!r}")
     missing = sorted(graph.aliases - models.keys())
     if missing:
         known = ", ".join(sorted(models)) or "none"

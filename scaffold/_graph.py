@@ -18,12 +18,12 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
-from scaffold._answers import Extractor, extract_boxed
+from scaffold._answers import Extractor
 from scaffold._budget import Budget
 from scaffold._builder import Builder, Input, building, current_builder, in_build
 from scaffold._call import DeltaSink
 from scaffold._describe import count_calls, describe, mermaid, spec
-from scaffold._errors import GraphDefinitionError, InputError, RunError
+from scaffold._errors import ArgumentError, GraphDefinitionError, InputError, RunError
 from scaffold._events import Subscriber
 from scaffold._executor import ReuseSource, Run, Slot, bind_models
 from scaffold._graph_map import LOCAL
@@ -35,6 +35,7 @@ from scaffold._sync import no_running_loop, run_released
 from scaffold._tools import Tool
 from scaffold._types import Status
 from scaffold._values import check_seed, check_value, has_lone_surrogate
+from scaffold.answers import AnswerKind
 from scaffold.store._default import DEFAULT, resolve_store
 
 
@@ -83,6 +84,8 @@ class Graph:
         self.fn = fn
         self.name = name
         self.inputs, defaults = _signature(fn)
+        self.build_parameters: tuple[str, ...] = tuple(defaults)
+        """The graph function's keyword-only parameters (given to ``build``)."""
         self.params = _check_params(name, defaults, params)
         builder = Builder(input_names=self.inputs)
         with building(builder):
@@ -173,7 +176,8 @@ class Graph:
         timeout: float | None = None,
         call_timeout: float | None = None,
         subscribers: Sequence[Subscriber] = (),
-        extract: Extractor = extract_boxed,
+        extract: Extractor | None = None,
+        answer_kind: AnswerKind | str | None = None,
         raise_on_error: bool = True,
         budget: Budget | None = None,
         store: Any = DEFAULT,
@@ -186,6 +190,7 @@ class Graph:
         resume: bool = True,
         client_tools: Sequence[Mapping[str, Any]] = (),
         continuation: Sequence[Sequence[Any]] = (),
+        **unexpected: Any,
     ) -> RunResult:
         """Run the graph once on ``inputs``, recording every call in a store.
 
@@ -211,7 +216,12 @@ class Graph:
         the calls of ``stream_nodes`` (node names), by default of the output node when it is a model
         call (:attr:`streamed_node`). A backend that does not stream gives one delta per choice.
         ``call_params`` (``temperature``, ``max_tokens``...) go with every model call of this run, over
-        the models' defaults; parameters a node sets itself still win. ``resume=False`` skips looking
+        the models' defaults; parameters a node sets itself still win.
+        ``answer_kind`` (:mod:`scaffold.answers`: ``"math"``, the default, ``"integer"``, ``"choice"``,
+        ``"text"``, ``"json"``, or a kind object) reads every answer of the run (unless a node has its own
+        ``extract``), fills prompts' ``{answer_format}`` and is what votes cluster by; a multiple-choice kind
+        takes the row's options from a ``choices`` input. ``extract`` (a function of the text) overrides its
+        extractor alone. ``resume=False`` skips looking
         ``run_id`` up in the store (for ids known to be new: a server's, which saves a store query per run).
 
         When the graph's output is an agent (``sf.agent``), ``client_tools`` (OpenAI function specs) are offered to it
@@ -221,6 +231,11 @@ class Graph:
         assistant messages that called tools, then the ``tool`` messages answering them), as message tuples. Recorded
         calls are reused (the whole graph before the agent, with a store), and the agent goes on from the answers.
         """
+        if unexpected:
+            raise self._unexpected(unexpected, "run")
+        if budget is not None and not isinstance(budget, Budget):
+            raise ArgumentError(f"budget= takes a scaffold.Budget, e.g. sf.Budget(max_tokens=100_000) or "
+                                f"sf.Budget(max_cost=5.0); got {type(budget).__name__}")
         self._check_inputs(inputs)
         _check_run_values(inputs, seed, run_id, dataset)
         streaming = self._stream_nodes(stream_nodes) if on_delta is not None else frozenset()
@@ -246,7 +261,8 @@ class Graph:
             self, inputs, bound,
             run_id=run_id or uuid.uuid4().hex[:16],
             seed=random.SystemRandom().randrange(2**31) if seed is None else int(seed),
-            subscribers=subscribers, call_timeout=call_timeout, extract=extract, budget=budget, reuse=reuse,
+            subscribers=subscribers, call_timeout=call_timeout, extract=extract, answer_kind=answer_kind,
+            budget=budget, reuse=reuse,
             on_delta=on_delta, stream_nodes=streaming, call_params=call_params, store=target,
             client_tools=client_tools, continuation=continuation,
         )
@@ -323,6 +339,12 @@ class Graph:
             >>> asyncio.run(main())
             ['1', '1', '1']
         """
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ArgumentError(f"concurrency= is how many rows run at once, a whole number of at least 1; got "
+                                f"{concurrency!r}")
+        unknown = {key: value for key, value in run_kwargs.items() if key not in _RUN_PARAMETERS}
+        if unknown:
+            raise self._unexpected(unknown, "map")
         if runner is not None and cluster is not None:
             raise ValueError("give runner= or cluster= (its other spelling), not both")
         chosen = runner or cluster or LOCAL
@@ -343,6 +365,16 @@ class Graph:
             return sorted([r async for r in self.map(rows, **kwargs)], key=lambda r: r.index or 0)
 
         return run_released(collect(), bound)
+
+    def _unexpected(self, given: Mapping[str, Any], method: str) -> ArgumentError:
+        """The error for keyword arguments ``run``/``map`` do not take: a build parameter points to ``.build``."""
+        name = next(iter(given))
+        if name in self.build_parameters:
+            shown = ", ".join(f"{key}={value!r}" for key, value in given.items() if key in self.build_parameters)
+            return ArgumentError(f"{name!r} is a build parameter of graph {self.name!r}, not an argument of "
+                                 f"{method}(): build the graph with it, {self.name}.build({shown}).{method}(...)")
+        return ArgumentError(f"{method}() takes no argument {name!r}; its arguments: "
+                             f"{', '.join(sorted(_RUN_PARAMETERS))}")
 
     # -- as a sub-graph ------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -450,6 +482,14 @@ def graph(
     return GraphFunction(fn, name)
 
 
+_RUN_PARAMETERS = frozenset(name for name in inspect.signature(Graph.run).parameters
+                           if name not in ("self", "inputs", "unexpected"))
+"""The keyword arguments :meth:`Graph.run` takes (``map`` passes them on to every run)."""
+
+MAX_SUBGRAPH_DEPTH = 64
+"""How deep sub-graphs may nest: deeper is a sub-graph that calls itself without end."""
+
+
 def _inline(
     fn: Callable[..., Any], name: str, input_names: tuple[str, ...], params: Mapping[str, Any],
     args: tuple[Any, ...], kwargs: Mapping[str, Any],
@@ -468,6 +508,10 @@ def _inline(
     if missing:
         raise GraphDefinitionError(f"sub-graph {name!r} needs input(s) {', '.join(missing)}")
     prefix = builder.unique_name(name)
+    if len(builder.scopes) >= MAX_SUBGRAPH_DEPTH:
+        chain = " -> ".join(scope.prefix for scope in builder.scopes[-6:])
+        raise GraphDefinitionError(f"sub-graph {name!r} is nested {MAX_SUBGRAPH_DEPTH} deep ({chain} -> ...): it "
+                                   f"calls itself without end; give the recursion a parameter that stops it")
     with builder.scope(prefix.rsplit("/", 1)[-1], bindings):
         return fn(*[bindings[i] for i in input_names], **params)
 

@@ -213,6 +213,31 @@ class SetNode(Node):
 
 
 @dataclass(eq=False)
+class JudgedVoteNode(SetNode):
+    """A vote whose clusters a model judges (``sf.vote(..., equivalence=sf.judge(...))``; see
+    :mod:`scaffold._judge`): one output trace, and a model trace per pair judged."""
+
+    prompt: Template = field(default_factory=lambda: Template(""))
+    params: Mapping[str, Any] = field(default_factory=dict)
+    variables: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
+    """Template variable -> ``("input", name)`` or ``("const", value)``, as a call node's."""
+    max_calls: int | None = None
+    kind = "judged_vote"
+
+    def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
+        return 1
+
+    def calls(self, sizes: Mapping[int, int | None]) -> int:
+        """At most one call per pair of members (fewer in practice: one per cluster a new answer is compared
+        with), and at most ``max_calls``."""
+        members = sizes[self.items.id] if self.items is not None else None
+        if members is None:
+            raise GraphDefinitionError(f"node {self.name!r} reads a set whose size is only known at run time")
+        worst = members * (members - 1) // 2
+        return worst if self.max_calls is None else min(worst, self.max_calls)
+
+
+@dataclass(eq=False)
 class RuleNode(SetNode):
     """A rule aggregation: a function of the whole set, one new trace (vote, best-of, weighted vote).
 
@@ -225,6 +250,8 @@ class RuleNode(SetNode):
     using: tuple[Node, ...] = ()
     pass_inputs: bool = False
     """Call ``fn(members, *using, inputs=<the run's inputs>)``."""
+    pass_answers: bool = False
+    """Call ``fn(members, *using, answers=<the run's answer kind>)`` (a vote without its own equivalence)."""
 
     @property
     def kind(self) -> str:  # type: ignore[override]

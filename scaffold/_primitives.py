@@ -21,6 +21,7 @@ from scaffold._selectors import AllMembers, Selector, make_selector
 from scaffold._template import Template, as_template
 from scaffold._tools import Tool, tools_by_name
 from scaffold._types import Trace
+from scaffold.answers import AnswerKind, as_extractor
 
 AGGREGATE_PROMPT = Template(
     "Problem:\n{problem}\n\n"
@@ -28,7 +29,7 @@ AGGREGATE_PROMPT = Template(
     "{candidates}\n\n"
     "Review the candidates carefully: check each step, correct the mistakes you find, fill in anything that "
     "is missing, and combine the useful ideas into one complete and correct solution. Do not copy a candidate "
-    "without checking it. End with the final answer in \\boxed{}."
+    "without checking it. {answer_format}"
 )
 """The default aggregation prompt, the one home of its text (AggLM's idea, in our own words: review, correct, fill
 gaps, combine). ``sf.aggregate`` uses it when given no prompt; ``graphs``' topologies use its text as their
@@ -83,9 +84,11 @@ def candidates(values: Sequence[str | Trace | Mapping[str, Any]], *, name: str =
     return builder.add(node)
 
 
-def _resolve_variables(
+def resolve_variables(
     builder: Builder, templates: Sequence[Template | None], provided: set[str], where: str
 ) -> dict[str, tuple[str, Any]]:
+    """Where each variable of ``templates`` not in ``provided`` comes from (an input, a constant, the answer kind);
+    :class:`TemplateError` naming ``where`` for one nothing provides."""
     out: dict[str, tuple[str, Any]] = {}
     for template in templates:
         if template is None:
@@ -116,7 +119,7 @@ def _call_node(
     system: str | Template | None,
     context: Mapping[str, SetLike] | None,
     params: Mapping[str, Any] | None,
-    extract: Extractor | None,
+    extract: Extractor | AnswerKind | str | None,
     render: Callable[[Sequence[Trace]], str] | None,
     logprobs: bool,
     name: str | None,
@@ -128,6 +131,7 @@ def _call_node(
     alias = _check_alias(model, what)
     if samples < 1:
         raise SubsetSizeError(f"sf.{what}(): the number of samples must be at least 1, got {samples}")
+    extract = as_extractor(extract, f"sf.{what}()")
     prompt_t = as_template(prompt)
     system_t = as_template(system) if system is not None else None
     reserved = {"candidates", "k"} if items is not None else set()
@@ -141,7 +145,7 @@ def _call_node(
             raise EmptySetError(f"context {key!r} of sf.{what}() is an empty set")
     provided = set(ctx) | ({"candidates", "k"} if items is not None else set())
     node_name = builder.unique_name(name or what)
-    variables = _resolve_variables(builder, [prompt_t, system_t], provided, f"prompt of {node_name!r}")
+    variables = resolve_variables(builder, [prompt_t, system_t], provided, f"prompt of {node_name!r}")
     size: int | None = samples
     if items is not None and selector is not None:
         if items.size == 0:
@@ -192,7 +196,7 @@ def generate(
     system: str | Template | None = None,
     context: Mapping[str, SetLike] | None = None,
     params: Mapping[str, Any] | None = None,
-    extract: Extractor | None = None,
+    extract: Extractor | AnswerKind | str | None = None,
     logprobs: bool = False,
     name: str | None = None,
     on_error: OnError = "raise",
@@ -225,7 +229,7 @@ def sample(
     system: str | Template | None = None,
     context: Mapping[str, SetLike] | None = None,
     params: Mapping[str, Any] | None = None,
-    extract: Extractor | None = None,
+    extract: Extractor | AnswerKind | str | None = None,
     logprobs: bool = False,
     name: str | None = None,
     on_error: OnError = "raise",
@@ -261,7 +265,7 @@ def aggregate(
     system: str | Template | None = None,
     context: Mapping[str, SetLike] | None = None,
     params: Mapping[str, Any] | None = None,
-    extract: Extractor | None = None,
+    extract: Extractor | AnswerKind | str | None = None,
     render: Callable[[Sequence[Trace]], str] | None = None,
     logprobs: bool = False,
     name: str | None = None,
@@ -302,6 +306,11 @@ def aggregate(
     node = as_set(items, what="aggregate")
     selector = make_selector(select, k, n)
     single = isinstance(selector, AllMembers) and selector.n == 1 and samples == 1
+    shown = as_template(prompt).variables | (as_template(system).variables if system is not None else frozenset())
+    if tools is None and "candidates" not in shown:  # the aggregator would never see what it aggregates
+        raise GraphDefinitionError(
+            f"sf.aggregate({name or 'aggregate'!r}): its prompt never shows the candidates; put {{candidates}} in "
+            f"the prompt (or system), or give the aggregator tools that read them (scaffold.tools.candidate_tools)")
     return _call_node("aggregate", prompt=prompt, model=model, items=node, selector=selector, samples=samples,
                       system=system, context=context, params=params, extract=extract, render=render,
                       logprobs=logprobs, name=name, on_error=on_error, single=single,
@@ -320,7 +329,7 @@ def agent(
     system: str | Template | None = None,
     context: Mapping[str, SetLike] | None = None,
     params: Mapping[str, Any] | None = None,
-    extract: Extractor | None = None,
+    extract: Extractor | AnswerKind | str | None = None,
     logprobs: bool = False,
     name: str | None = None,
     on_error: OnError = "raise",

@@ -8,7 +8,9 @@ naming where it is (file and line, or dataset, split and row). Which file or dat
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,7 +71,8 @@ def check_row(row: Any, where: str, problem_key: str = "problem", answer_key: st
 
 
 def open_hub(name: str, split: str) -> Any:
-    """The split ``split`` of the Hugging Face dataset ``name`` (a hub name or a local dataset directory).
+    """The split ``split`` of the Hugging Face dataset ``name`` (a hub name, a local dataset directory of data files,
+    or one ``save_to_disk`` wrote: a ``Dataset`` is its only split, a ``DatasetDict`` has them by name).
 
     Raises :class:`DatasetError` in one line when ``datasets`` is not installed or the dataset cannot be
     loaded (offline, unknown name, unknown split); never a traceback.
@@ -80,6 +83,10 @@ def open_hub(name: str, split: str) -> Any:
         raise DatasetError(f"{name}: loading a Hugging Face dataset needs the datasets package "
                            "(pip install scaffold-sdk[hub])") from None
     try:
+        if os.path.isdir(name) and any(os.path.exists(os.path.join(name, f)) for f in ("state.json",
+                                                                                       "dataset_dict.json")):
+            saved = datasets.load_from_disk(name)  # written by Dataset.save_to_disk
+            return saved[split] if isinstance(saved, datasets.DatasetDict) else saved
         return datasets.load_dataset(name, split=split)
     except Exception as error:  # offline, unknown name, unknown split: one message, never a traceback
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -118,3 +125,60 @@ def load_hub_problems(name: str, *, split: str = "test", limit: int | None = Non
     """
     return hub_rows(open_hub(name, split), f"{name}[{split}]", limit=limit, problem_key=problem_key,
                     answer_key=answer_key)
+
+
+TABLE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+"""The file kinds a problem file may be: JSON lines, CSV (a header row), Parquet (needs ``pyarrow``)."""
+
+
+def read_table(path: str, *, limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The rows of a JSONL, CSV or Parquet file as they are, each with where it is (``file:line``, or ``file row
+    N`` for Parquet); not yet checked. Raises :class:`DatasetError` naming the file (and line) when it cannot be
+    read.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "mc.csv"
+        >>> _ = path.write_text("question,A,B,answer\\n2+2?,3,4,B\\n")
+        >>> read_table(str(path))  # doctest: +ELLIPSIS
+        [('...mc.csv:2', {'question': '2+2?', 'A': '3', 'B': '4', 'answer': 'B'})]
+    """
+    suffix = os.path.splitext(path)[1].lower()
+    out: list[tuple[str, dict[str, Any]]] = []
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise DatasetError(f"{path}: reading Parquet needs pyarrow (pip install scaffold-sdk[parquet])") from None
+        try:
+            table = pq.read_table(path)
+        except Exception as error:  # not Parquet, truncated: one line, never a traceback
+            raise DatasetError(f"{path}: not a readable Parquet file ({str(error).splitlines()[0]})") from None
+        for number, row in enumerate(table.to_pylist()):
+            out.append((f"{path} row {number}", row))
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+    with open(path, encoding="utf-8", newline="" if suffix == ".csv" else None) as handle:
+        if suffix == ".csv":
+            reader = csv.DictReader(handle)
+            for row in reader:
+                if None in row:
+                    raise DatasetError(f"{path}:{reader.line_num}: more fields than the header names")
+                out.append((f"{path}:{reader.line_num}", dict(row)))
+                if limit is not None and len(out) >= limit:
+                    break
+            return out
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DatasetError(f"{path}:{number}: not JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{path}:{number}: a row is a JSON object, got {type(row).__name__}")
+            out.append((f"{path}:{number}", row))
+            if limit is not None and len(out) >= limit:
+                break
+    return out

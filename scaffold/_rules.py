@@ -15,8 +15,10 @@ from typing import Any
 from scaffold._answers import Equivalence, Extractor, equivalent
 from scaffold._builder import current_builder
 from scaffold._errors import EmptySetError, GraphDefinitionError, SubsetSizeError
+from scaffold._judge import Judge
 from scaffold._nodes import (
     ConcatNode,
+    JudgedVoteNode,
     MapNode,
     Node,
     OnError,
@@ -26,8 +28,9 @@ from scaffold._nodes import (
     SelectNode,
     make_policy,
 )
-from scaffold._primitives import SetLike, as_set
+from scaffold._primitives import SetLike, as_set, resolve_variables
 from scaffold._types import Trace
+from scaffold.answers import AnswerKind, answer_kind, as_extractor
 
 
 def cluster_answers(
@@ -87,7 +90,27 @@ def _vote_output(traces: list[Trace], weight: Callable[[Trace], float] | None, s
     )
 
 
-def _rule(what: str, items: SetLike, fn: Callable[[list[Trace]], Any], name: str | None, on_error: OnError) -> Node:
+def _equivalence(value: Equivalence | AnswerKind | str | None, what: str) -> Equivalence | None:
+    """A vote's ``equivalence=``: a function of two answers, an answer kind (its ``same``) or a kind's name;
+    ``None``: the run's kind's, decided when the vote fires."""
+    if value is None or isinstance(value, (str, AnswerKind)):
+        return None if value is None else answer_kind(value).same
+    if not callable(value):
+        raise GraphDefinitionError(f"sf.{what}(equivalence=...) takes a function of two answers, an answer kind "
+                                   f"or a kind's name, got {type(value).__name__}")
+    return value
+
+
+def _by_kind(fn: Callable[..., RuleOutput], equivalence: Equivalence | None) -> tuple[Callable[..., Any], bool]:
+    """A vote function of the members alone when its equivalence is fixed, else one that is given the run's answer
+    kind (``answers=``) and clusters by it."""
+    if equivalence is not None:
+        return (lambda traces: fn(traces, equivalence)), False
+    return (lambda traces, answers: fn(traces, answers.same)), True
+
+
+def _rule(what: str, items: SetLike, fn: Callable[..., Any], name: str | None, on_error: OnError,
+          pass_answers: bool = False) -> Node:
     node = as_set(items, what=what)
     builder = current_builder(what)
     if node.size == 0:
@@ -96,16 +119,24 @@ def _rule(what: str, items: SetLike, fn: Callable[[list[Trace]], Any], name: str
     if isinstance(policy, Quorum) and policy.k > 1:
         raise SubsetSizeError(f"sf.{what}() makes one trace; a quorum of {policy.k} can never be met")
     return builder.add(RuleNode(name=builder.unique_name(name or what), size=1, single=True,
-                                on_error=policy, items=node, fn=fn, rule=what))
+                                on_error=policy, items=node, fn=fn, rule=what, pass_answers=pass_answers))
 
 
 def vote(
-    items: SetLike, *, equivalence: Equivalence = equivalent, name: str | None = None, on_error: OnError = "raise"
+    items: SetLike,
+    *,
+    equivalence: Equivalence | AnswerKind | Judge | str | None = None,
+    name: str | None = None,
+    on_error: OnError = "raise",
 ) -> Node:
-    """Majority vote over answers, clustered by mathematical equivalence (self-consistency).
+    """Majority vote over answers (self-consistency), clustered by the run's answer kind: mathematical
+    equivalence by default (``"1/2"`` is ``"0.5"``).
 
-    The output trace carries the winning answer, the text of the first member that gave it,
-    and ``metadata["counts"]`` (``[answer, votes, members]`` per cluster, best first) and ``["share"]``.
+    ``equivalence`` fixes the vote's own: a function of two answers (``same(a, b) -> bool``), an answer kind
+    or a kind's name (``"text"``: normalised exact match), or :func:`scaffold.judge` (a model decides, its
+    judgments recorded; ``metadata["judge_calls"]`` counts them). The output trace carries the winning answer, the text
+    of the first member that gave it, and ``metadata["counts"]`` (``[answer, votes, members]`` per cluster, best
+    first) and ``["share"]``.
 
     Examples:
         >>> import scaffold as sf
@@ -116,18 +147,39 @@ def vote(
         >>> r.answer, r.output.metadata["share"]
         ('1/2', 0.6666666666666666)
     """
-    return _rule("vote", items, lambda ts: _vote_output(ts, None, equivalence), name, on_error)
+    if isinstance(equivalence, Judge):
+        return _judged_vote(items, equivalence, name, on_error)
+    fn, by_run = _by_kind(lambda ts, same: _vote_output(ts, None, same), _equivalence(equivalence, "vote"))
+    return _rule("vote", items, fn, name, on_error, pass_answers=by_run)
+
+
+def _judged_vote(items: SetLike, judge: Judge, name: str | None, on_error: OnError) -> Node:
+    """A vote whose clusters ``judge``'s model decides (:mod:`scaffold._judge`)."""
+    node = as_set(items, what="vote")
+    builder = current_builder("vote")
+    if node.size == 0:
+        raise EmptySetError("sf.vote() over an empty set")
+    policy = make_policy(on_error)
+    if isinstance(policy, Quorum) and policy.k > 1:
+        raise SubsetSizeError(f"sf.vote() makes one trace; a quorum of {policy.k} can never be met")
+    node_name = builder.unique_name(name or "vote")
+    template = judge.template(builder.available_vars())
+    variables = resolve_variables(builder, [template], {"first", "second"}, f"judge prompt of {node_name!r}")
+    return builder.add(JudgedVoteNode(name=node_name, size=1, single=True, on_error=policy, items=node,
+                                      alias=judge.model, prompt=template, params=dict(judge.params),
+                                      variables=variables, max_calls=judge.max_calls))
 
 
 def weighted_vote(
     items: SetLike,
     weight: Callable[[Trace], float],
     *,
-    equivalence: Equivalence = equivalent,
+    equivalence: Equivalence | AnswerKind | str | None = None,
     name: str | None = None,
     on_error: OnError = "raise",
 ) -> Node:
-    """Vote where each member counts ``weight(trace)`` (e.g. a verifier's score) instead of 1.
+    """Vote where each member counts ``weight(trace)`` (e.g. a verifier's score) instead of 1; ``equivalence``
+    as in :func:`vote`.
 
     Examples:
         >>> import scaffold as sf
@@ -140,7 +192,8 @@ def weighted_vote(
     """
     if not callable(weight):
         raise GraphDefinitionError("sf.weighted_vote() needs a weight function trace -> float")
-    return _rule("weighted_vote", items, lambda ts: _vote_output(ts, weight, equivalence), name, on_error)
+    fn, by_run = _by_kind(lambda ts, same: _vote_output(ts, weight, same), _equivalence(equivalence, "weighted_vote"))
+    return _rule("weighted_vote", items, fn, name, on_error, pass_answers=by_run)
 
 
 def best_of(
@@ -328,7 +381,7 @@ def map_traces(
     items: SetLike,
     fn: Callable[[Trace], str | RuleOutput],
     *,
-    extract: Extractor | None = None,
+    extract: Extractor | AnswerKind | str | None = None,
     name: str | None = None,
 ) -> Node:
     """Apply ``fn`` to each member: each result is a new trace that reads that member (``map``).
@@ -348,7 +401,7 @@ def map_traces(
     if not callable(fn):
         raise GraphDefinitionError("sf.map_traces() needs a function trace -> str")
     return builder.add(MapNode(name=builder.unique_name(name or "map"), size=node.size, items=node, fn=fn,
-                               extract=extract))
+                               extract=as_extractor(extract, "sf.map_traces()")))
 
 
 def agreement(share: float, *, equivalence: Equivalence = equivalent) -> Callable[[list[Trace]], bool]:

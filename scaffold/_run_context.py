@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from scaffold._jobs import Job, Slot
     from scaffold._nodes import Node
     from scaffold._types import Request, Trace
+    from scaffold.answers import AnswerKind
     from scaffold.backends._model import Model
 
 
@@ -41,6 +42,9 @@ class RunContext(Protocol):
     inputs: Mapping[str, Any]
     extract: Extractor
     """How answers are read from text (``\\boxed{}`` by default)."""
+    answers: AnswerKind
+    """The run's answer kind, bound to its inputs (math by default): its extractor is :attr:`extract` unless the
+    run was given one, and a vote without an equivalence of its own clusters by it."""
     call_params: dict[str, Any]
     """Sampling parameters every call of the run gets (a served request's, say)."""
     reuse: tuple[ReuseSource, ...]
@@ -82,6 +86,14 @@ class RunContext(Protocol):
     def stream_sender(self, alias: str, node: Node, index: int) -> Send: ...
 
     def rng(self, node: Node) -> random.Random: ...
+
+    def answers_for(self, node: Node) -> AnswerKind:
+        """The answer kind of ``node``'s traces (its own, bound to the run's inputs, else the run's)."""
+        ...
+
+    def extractor(self, node: Node) -> Extractor:
+        """How ``node``'s answers are read (its extractor or kind, else the run's)."""
+        ...
 
     # -- scheduling and resolving -----------------------------------------------------------------------
     def new_slots(self, count: int) -> list[Slot]: ...

@@ -18,6 +18,8 @@ REFERENCE = ROOT / "docs" / "reference"
 PACKAGES = {
     "scaffold": ("scaffold", "The core: the graph DSL, models, the store, events and errors "
                              "(`import scaffold as sf`)."),
+    "answers": ("scaffold.answers", "Answer kinds: how answers are read and compared (math, integer, multiple "
+                                    "choice, free text, JSON), and multiple-choice rows."),
     "backends": ("scaffold.backends", "Backends, the `Model` that wraps them with limits and retries, "
                                       "and the model registry."),
     "store": ("scaffold.store", "The trajectory store: SQLite or PostgreSQL."),
@@ -41,7 +43,8 @@ PACKAGES = {
 
 SECTIONS = {
     "_graph": "Graphs", "_builder": "Graphs", "_primitives": "Primitives", "_nodes": "Nodes",
-    "_template": "Templates", "_rules": "Rules and set operations", "_control": "Loops",
+    "_template": "Templates", "_rules": "Rules and set operations", "_judge": "Rules and set operations",
+    "_control": "Loops",
     "_selectors": "Subset selectors", "_answers": "Answers", "_data": "Datasets", "_budget": "Budgets",
     "_limits": "Limits and time", "_clock": "Limits and time", "_throttle": "Limits and time",
     "_types": "Traces, requests and completions", "_result": "Traces, requests and completions",

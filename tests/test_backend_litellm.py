@@ -297,8 +297,11 @@ def test_a_server_enforcing_a_rate_is_followed_without_losing_or_duplicating_res
 
 
 def test_cost_comes_from_the_price_map_and_unknown_prices_stay_unknown(server):
-    """A priced model's traces carry dollars from litellm's map; an unpriced one records None, never 0."""
-    priced = sf.LiteLLMBackend("openai/gpt-4o-mini", api_base=server.base_url, api_key=KEY)
+    """A priced model's traces carry dollars from litellm's map (told that this endpoint serves OpenAI's model at
+    its price); the same name at a custom api_base is not priced by it; an unpriced one records None, never 0."""
+    local = sf.LiteLLMBackend("openai/gpt-4o-mini", api_base=server.base_url, api_key=KEY)
+    assert all(t.cost is None for t in run(sample_then_aggregate, sf.Model(local, retry=FAST)).traces)
+    priced = sf.LiteLLMBackend("openai/gpt-4o-mini", api_base=server.base_url, api_key=KEY, price_by_name=True)
     result = run(sample_then_aggregate, sf.Model(priced, retry=FAST))
     for trace in result.traces:
         expected = trace.usage.prompt_tokens * 0.15e-6 + trace.usage.completion_tokens * 0.6e-6

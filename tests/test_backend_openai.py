@@ -270,11 +270,16 @@ def test_retry_after_as_an_http_date(retry_after_headers):
 
 
 def test_cost_from_given_prices_from_the_price_map_or_unknown(server):
-    """Given prices are used as is; a model litellm's map knows is priced from it; an unknown one is None, not 0."""
+    """Given prices are used as is; a server other than OpenAI's is not priced by its model's name (a local server
+    calling its model gpt-4o-mini costs unknown, not OpenAI's price); told to (a gateway), a model litellm's map
+    knows is priced from it; an unknown one is None, not 0."""
     request = Request(messages=QUESTION.messages, n=2)
     for c in complete(backend_for(server, input_cost_per_token=1e-6, output_cost_per_token=2e-6), request):
         assert c.cost == pytest.approx(c.usage.prompt_tokens * 1e-6 + c.usage.completion_tokens * 2e-6)
-    priced = sf.OpenAIBackend("gpt-4o-mini", base_url=server.base_url, api_key=KEY)
+    local = sf.OpenAIBackend("gpt-4o-mini", base_url=server.base_url, api_key=KEY)
+    assert not local.price_by_name and all(c.cost is None for c in complete(local, request))
+    assert sf.OpenAIBackend("gpt-4o-mini", api_key=KEY).price_by_name  # OpenAI's own endpoint
+    priced = sf.OpenAIBackend("gpt-4o-mini", base_url=server.base_url, api_key=KEY, price_by_name=True)
     for c in complete(priced, request):
         assert c.cost is not None and c.cost > 0
         assert c.cost == pytest.approx(c.usage.prompt_tokens * 0.15e-6 + c.usage.completion_tokens * 0.6e-6)
@@ -285,7 +290,8 @@ def test_pricing_reads_the_price_map_without_importing_litellm(server):
     """Pricing from litellm's map does not import litellm (seconds of import) in a process that has not."""
     code = (f"import asyncio, sys, scaffold as sf\n"
             f"from scaffold._types import Request\n"
-            f"b = sf.OpenAIBackend('openai/gpt-4o-mini', base_url='{server.base_url}', api_key='{KEY}')\n"
+            f"b = sf.OpenAIBackend('openai/gpt-4o-mini', base_url='{server.base_url}', api_key='{KEY}',"
+            f" price_by_name=True)\n"
             f"async def main():\n"
             f"    try:\n"
             f"        return await b.complete(Request(messages=(('user', 'hi'),)))\n"

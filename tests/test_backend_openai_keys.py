@@ -244,7 +244,8 @@ def test_the_protocol_and_capabilities():
 
     backend = sf.OpenAIBackend("m", base_url=LOCAL, max_n=8)
     assert isinstance(backend, sf.StreamingBackend) and isinstance(backend, sf.Backend)
-    assert backend.capabilities == sf.Capabilities(supports_n=True, max_n=8, returns_token_ids=True, streams=True)
+    assert backend.capabilities == sf.Capabilities(supports_n=True, max_n=8, returns_token_ids=True, streams=True,
+                                                   json_schema=True)
     scripted = ScriptedBackend(lambda r: "x")
     assert isinstance(scripted, sf.Backend) and not isinstance(scripted, sf.StreamingBackend)
     assert repr(sf.OpenAIBackend("m", base_url=LOCAL + "/", api_key=KEY)) == f"OpenAIBackend('m', base_url='{LOCAL}')"

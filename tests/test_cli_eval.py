@@ -101,19 +101,26 @@ def test_eval_reports_rsa_steps_and_the_aggregation_gain(pocket_quick: tuple[Pat
 @pytest.mark.slow
 def test_eval_of_an_api_model_over_http_records_dollars_and_never_the_key(tmp_path: Path) -> None:
     """The native backend over real HTTP to the stand-in server named gpt-4o-mini: every call served once, priced
-    from litellm's map; the key appears in no output, no file and not in the store."""
+    at the --price given (a server of one's own is never priced by its model's name: without --price its cost is
+    unknown); the key appears in no output, no file and not in the store."""
     data, db, out = write_problems(tmp_path / "p.jsonl", 5), tmp_path / "runs.db", tmp_path / "out"
     with OpenAIServer(policy=adder) as server:
+        unpriced = scaffold("--store", str(tmp_path / "other.db"), "eval", "self_consistency", "-p", "n=2", "--data",
+                            str(data), "--model", "openai/gpt-4o-mini", "--api-base", server.base_url, "--json",
+                            "--no-progress", env={"OPENAI_API_KEY": KEY})
         done = scaffold("--store", str(db), "eval", "self_consistency", "-p", "n=2", "--data", str(data),
-                        "--model", "openai/gpt-4o-mini", "--api-base", server.base_url, "--out", str(out),
-                        "--json", "--no-progress", env={"OPENAI_API_KEY": KEY})
-        served = len(server.choices_served)
+                        "--model", "openai/gpt-4o-mini", "--api-base", server.base_url, "--price", "0.15,0.6",
+                        "--out", str(out), "--json", "--no-progress", env={"OPENAI_API_KEY": KEY})
+        served = len(server.choices_served) - 10
+    assert unpriced.returncode == 0, unpriced.stderr[-3000:]
+    assert json.loads(unpriced.stdout)["cost_per_problem"] is None
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert served == 10 and report["calls_per_problem"] == 2.0
     assert report["accuracy"]["value"] == 1.0  # the vote's tie goes to the first (right) choice
     assert report["pass_at_k"]["1"]["value"] == pytest.approx(0.5)
     assert report["cost_per_problem"] is not None and report["cost_per_problem"]["value"] > 0
+    assert report["settings"]["price"] == [0.15, 0.6]
     assert (out / "accuracy_vs_cost.png").read_bytes().startswith(PNG)
     assert report["dataset"] == "p" and report["settings"]["models"] == {"solver": "openai/gpt-4o-mini"}
     blobs = [done.stdout, done.stderr, db.read_bytes().decode("latin-1")]

@@ -256,6 +256,19 @@ def test_trainer_benchmark_ends_with_its_json_keys(pocket_quick_build: tuple[Pat
     assert figures["sequences"] == 64
 
 
+def test_answers_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/answers.py: one JSON line with the answers issue's keys; the math default unchanged, the judged
+    vote's fixed list at its 12 calls, the corpus at least half held out."""
+    figures = last_json(run("benchmarks/answers.py"))
+    check_keys(figures, {
+        "bench": str, "choice_accuracy": NUMBER, "choice_baseline": NUMBER, "held_out": int, "math_regression": int,
+        "math_checked": int, "judge_calls_per_vote_n8": int, "judge_calls_every_pair": int, "extract_us": NUMBER,
+        "extract_us_boxed": NUMBER})
+    assert figures["bench"] == "answers" and figures["math_regression"] == 0 and figures["math_checked"] == 1000
+    assert figures["judge_calls_per_vote_n8"] == 12 and figures["judge_calls_every_pair"] == 28
+    assert figures["held_out"] >= 300 and 0 <= figures["choice_baseline"] < figures["choice_accuracy"] <= 1
+
+
 def test_evaluation_benchmark_ends_with_its_json_keys() -> None:
     """benchmarks/evaluation.py on a few problems: one JSON line; every problem scored, every trace rewarded."""
     out = run("benchmarks/evaluation.py", "--problems", "5")

@@ -107,10 +107,12 @@ def test_graphs_exports_import() -> None:
 
 
 def test_default_prompts_send_a_literal_boxed_and_no_doubled_braces() -> None:
-    """Every default prompt renders with its variables filled, ``\\boxed{}`` intact and no ``{{`` left over."""
+    """Every default prompt renders with its variables filled (``{answer_format}`` as the default math kind words
+    it), ``\\boxed{}`` intact and no ``{{`` left over."""
     from scaffold._template import Template
+    from scaffold.answers import MathAnswer
 
-    values = {"problem": "PROBLEM", "candidates": "CANDIDATES", "k": 2}
+    values = {"problem": "PROBLEM", "candidates": "CANDIDATES", "k": 2, "answer_format": MathAnswer().instruction}
     for name in [n for n in graphs.__all__ if n.endswith("_PROMPT")]:
         text = Template(getattr(graphs, name)).render(values)
         assert "{{" not in text and "}}" not in text, name

@@ -44,13 +44,14 @@ FLOOR_PLAN: tuple[Layer, ...] = (
     Layer("leaves", tuple(f"scaffold.{name}" for name in (
         "_types", "_secrets", "_clock", "_context", "_validation", "_errors", "_answers", "_json", "_template",
         "_result", "_events", "_limits", "_throttle", "_rows", "_selectors", "_values", "_extras", "_openai_wire",
-        "_messages",
-    )), "value types, errors, secrets, clocks, limits, answer extraction, the OpenAI wire format: imported by "
-        "every floor, importing only each other"),
+        "_messages", "answers",
+    )), "value types, errors, secrets, clocks, limits, answer extraction and kinds, the OpenAI wire format: "
+        "imported by every floor, importing only each other"),
     Layer("backends", ("scaffold.backends",), "requests in, completions out: no graphs, runs or store"),
     Layer("store", ("scaffold.store",), "recording and reading runs, whatever built or executed them"),
     Layer("dsl", tuple(f"scaffold.{name}" for name in (
-        "_nodes", "_builder", "_primitives", "_rules", "_control", "_data", "_budget", "_sync", "_tools", "tools",
+        "_nodes", "_builder", "_primitives", "_rules", "_judge", "_control", "_data", "_budget", "_sync", "_tools",
+        "tools",
     )), "what graphs are made of: nodes, primitives, rules, control flow, datasets, budgets"),
     Layer("calls", ("scaffold._run_context", "scaffold._call", "scaffold._agent", "scaffold._kinds",
                     "scaffold._jobs"),

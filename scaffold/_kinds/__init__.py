@@ -6,6 +6,7 @@ module              node data (:mod:`scaffold._nodes`)       built by
 ``call``            ``CallNode``                             ``generate``, ``sample``, ``aggregate``
 ``external``        ``InputNode``, ``ConstNode``             ``Input`` sets, ``candidates``
 ``rule``            ``RuleNode``                             ``vote``, ``best_of``, ``rule``...
+``judged``          ``JudgedVoteNode``                       ``vote(..., equivalence=judge(...))``
 ``map``             ``MapNode``                              ``map_traces``
 ``select``          ``SelectNode``                           ``top_k``, ``select``
 ``concat``          ``ConcatNode``                           ``concat``
@@ -16,7 +17,7 @@ A new kind is one module here: a :class:`~scaffold._nodes.Node` subclass (what i
 size, its calls) and a function decorated ``@expands(ThatNode)``; import the module below.
 """
 
-from scaffold._kinds import call, concat, external, loop, map, rule, select  # noqa: F401  (they register)
+from scaffold._kinds import call, concat, external, judged, loop, map, rule, select  # noqa: F401  (they register)
 from scaffold._kinds.registry import expander, expands
 
 __all__ = ["expander", "expands"]

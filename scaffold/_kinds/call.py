@@ -79,6 +79,10 @@ def expand_call(run: RunContext, node: CallNode) -> list[Slot]:
     batch = min(node.samples, caps.max_n or node.samples) if caps.supports_n and type(node) is CallNode else 1
     outs = run.new_slots(len(groups) * node.samples)
     params = {**model.params, **run.call_params, **node.params} if run.call_params else {**model.params, **node.params}
+    if caps.json_schema and "response_format" not in params:  # a JSON answer kind asks for its schema
+        wanted = run.answers_for(node).response_format()
+        if wanted is not None:
+            params["response_format"] = wanted
     plan = CallPlan(node, run.sender(alias), model.name, params, items, outs, run.streams(node))
     index = 0
     for group in groups:
@@ -143,6 +147,8 @@ def _constants(run: RunContext, node: CallNode) -> tuple[dict[str, Any], int]:
                 if value not in run.inputs:
                     raise InputError(f"node {node.name!r} needs input {value!r}, which the run was not given")
                 values[var] = run.inputs[value]
+            elif source == "answer_format":
+                values[var] = run.answers_for(node).instruction
             else:
                 values[var] = value
         constants = run.memo[node.id] = (values, node_seed(run.seed, node.name))

@@ -36,7 +36,7 @@ def expand_const(run: RunContext, node: ConstNode) -> list[Slot]:
 def external_slots(run: RunContext, node: Node, values: Sequence[Any]) -> list[Slot]:
     """One resolved slot per value, each holding its external trace."""
     outs = run.new_slots(len(values))
-    extract = getattr(node, "extract", None) or run.extract
+    extract = run.extractor(node)
     traces = [external_trace(run.run_id, node.name, i, v, extract) for i, v in enumerate(values)]
     for slot, trace in zip(outs, traces):
         run.finish(slot, trace)

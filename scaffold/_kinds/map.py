@@ -35,7 +35,7 @@ def fire_map(run: RunContext, node: MapNode, member: Slot, out: Slot, index: int
     if isinstance(value, RuleOutput):
         text, answer, metadata = value.text, value.answer, value.metadata
     elif isinstance(value, str):
-        text, answer, metadata = value, (node.extract or run.extract)(value), {}
+        text, answer, metadata = value, run.extractor(node)(value), {}
     else:
         raise RunError(f"map_traces {node.name!r}: the function returned {type(value).__name__}, not a string")
     run.finish(out, Trace(

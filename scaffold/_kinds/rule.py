@@ -35,7 +35,12 @@ def fire_rule(run: RunContext, node: RuleNode, items: list[Slot], out: Slot, usi
     extra = [run.ok(slots) for slots in using]
     assert node.fn is not None
     try:
-        result = node.fn(read, *extra, inputs=run.inputs) if node.pass_inputs else node.fn(read, *extra)
+        given: dict[str, Any] = {}
+        if node.pass_inputs:
+            given["inputs"] = run.inputs
+        if node.pass_answers:
+            given["answers"] = run.answers
+        result = node.fn(read, *extra, **given)
     except Exception as exc:  # user code in a rule (scorer, weight): recorded as the rule's failure
         run.node_failed(node, [out], 0, exc)
         return

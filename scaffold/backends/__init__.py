@@ -24,6 +24,7 @@ from scaffold.backends._litellm import LiteLLMBackend
 from scaffold.backends._load import load_models
 from scaffold.backends._model import Model, Reply, resolve_model
 from scaffold.backends._openai import OpenAIBackend
+from scaffold.backends._prices import Price
 from scaffold.backends._registry import backend_from_spec
 from scaffold.backends._retry import Retry
 from scaffold.backends._transformers import TransformersBackend
@@ -38,6 +39,7 @@ __all__ = [
     "Model",
     "Reply",
     "Retry",
+    "Price",
     "resolve_model",
     "OpenAIBackend",
     "LiteLLMBackend",

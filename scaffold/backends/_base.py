@@ -33,6 +33,8 @@ class Capabilities:
     """The weights can be updated in place (local models used as a policy)."""
     streams: bool = False
     """``stream(request)`` yields text as it is generated (see :class:`StreamingBackend`)."""
+    json_schema: bool = False
+    """Takes an OpenAI ``response_format`` (a JSON schema): a JSON answer kind sends one with every call."""
 
 
 @runtime_checkable

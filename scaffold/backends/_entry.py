@@ -18,7 +18,7 @@ from scaffold._validation import describe_errors
 from scaffold.backends._registry import BACKENDS, default_kind
 
 MODEL_KEYS = frozenset({"name", "params", "max_in_flight", "requests_per_minute", "tokens_per_minute", "timeout",
-                        "retry"})
+                        "retry", "price"})
 """Settings of the :class:`~scaffold.Model` itself, allowed whatever the backend."""
 
 def backend_keys(kind: str) -> frozenset[str]:
@@ -45,6 +45,17 @@ class RetrySettings(BaseModel):
     max_delay: float | None = None
     jitter: float | None = None
     max_retry_after: float | None = None
+
+
+class PriceSettings(BaseModel):
+    """A ``price`` table: :class:`~scaffold.Price`'s fields, dollars per token or per second."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    input: Annotated[float, Field(ge=0)] = 0.0
+    output: Annotated[float, Field(ge=0)] = 0.0
+    cached_input: Annotated[float, Field(ge=0)] | None = None
+    per_second: Annotated[float, Field(ge=0)] = 0.0
 
 
 class ModelEntry(BaseModel):
@@ -75,6 +86,8 @@ class ModelEntry(BaseModel):
     tokens_per_minute: PositiveNumber | None = None
     timeout: PositiveNumber | None = None
     retry: PositiveInt | RetrySettings | None = None
+    price: PriceSettings | None = None
+    """What every call costs (a local engine, a self-hosted server): ``price = {input = 1e-7, output = 4e-7}``."""
     # backend settings (which ones a kind accepts: backend_keys)
     api_base: str | None = None
     api_key_env: str | None = None
@@ -83,6 +96,7 @@ class ModelEntry(BaseModel):
     token_ids: bool | None = None
     input_cost_per_token: Annotated[float, Field(ge=0)] | None = None
     output_cost_per_token: Annotated[float, Field(ge=0)] | None = None
+    price_by_name: bool | None = None
     headers: dict[str, str] | None = None
     extra_body: dict[str, Any] | None = None
     extra: dict[str, Any] | None = None

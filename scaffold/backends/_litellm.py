@@ -10,7 +10,8 @@ OpenAI-compatible server, vLLM's included, through one async call.
 - Token ids and logprobs come back when asked: vLLM's per-choice ``token_ids`` arrive in
   litellm's ``provider_specific_fields``.
 - ``stream(request)`` streams with litellm's ``stream=True`` (:mod:`scaffold.backends._litellm_stream`).
-- Cost comes from litellm's price map, or from prices given here; an unknown price is
+- Cost comes from prices given here, or (for a provider's own endpoint: no ``api_base``) from litellm's price
+  map, cached prompt tokens included; an unknown price is
   recorded as ``None``, never as 0.
 - API keys come from the environment (litellm's provider variables, or ``api_key_env``) or
   from ``api_key``; they are redacted from every error message (:mod:`scaffold._secrets`) and
@@ -33,7 +34,7 @@ from scaffold._messages import call_from_dict, message_dict
 from scaffold._secrets import MaskedKey, environment_secrets, redact
 from scaffold._types import Completion, Request, StreamItem, ToolCall, Usage
 from scaffold.backends._base import Capabilities
-from scaffold.backends._choices import Choice, split, token_counts
+from scaffold.backends._choices import Choice, cached_prompt_tokens, split, token_counts
 from scaffold.backends._litellm_errors import typed_error
 
 NATIVE_N_PROVIDERS = frozenset({"openai", "hosted_vllm", "azure", "text-completion-openai", "custom_openai"})
@@ -78,7 +79,7 @@ class LiteLLMBackend:
     provider = "litellm"
     """``gen_ai.provider.name`` of its calls (OpenTelemetry; a model named ``provider/...`` says its own)."""
     settings = frozenset({"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
-                          "output_cost_per_token", "extra"})
+                          "output_cost_per_token", "price_by_name", "extra"})
     """The keys a registry entry (``models.toml``, a server config) may give this backend."""
 
     def __init__(
@@ -94,6 +95,7 @@ class LiteLLMBackend:
         input_cost_per_token: float | None = None,
         output_cost_per_token: float | None = None,
         extra: Mapping[str, Any] | None = None,
+        price_by_name: bool | None = None,
     ) -> None:
         litellm = import_litellm()
         self.model_name = model
@@ -110,6 +112,9 @@ class LiteLLMBackend:
         self.extra = dict(extra or {})
         """Extra keyword arguments for every litellm call (``extra_headers``, ``api_version``...)."""
         self.prices = (input_cost_per_token, output_cost_per_token)
+        self.price_by_name = api_base is None if price_by_name is None else bool(price_by_name)
+        """Price the model by its name from litellm's map (when no prices are given): for a provider's own endpoint
+        (no ``api_base``) by default; ``True`` for a gateway serving the provider's models at its prices."""
         try:
             supported = set(litellm.get_supported_openai_params(model=model, custom_llm_provider=self.provider) or ())
         except Exception:
@@ -119,6 +124,7 @@ class LiteLLMBackend:
             supports_n = self.provider in NATIVE_N_PROVIDERS and ("n" in supported or not supported)
         self.token_ids = self.provider in TOKEN_ID_PROVIDERS if token_ids is None else token_ids
         self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n, returns_token_ids=self.token_ids,
+                                         json_schema=True,
                                          streams=True)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -285,13 +291,15 @@ class LiteLLMBackend:
         prompts = split(prompt_total, len(parsed))
         costs = self._costs(response, prompts, counts) if usage is not None else [None] * len(parsed)
         model = getattr(response, "model", None) or self.model_name
+        cached = split(min(cached_prompt_tokens(usage), prompt_total), len(parsed)) if usage is not None else []
         return [
             Completion(
                 text=choice.text, token_ids=choice.token_ids, logprobs=choice.logprobs if request.logprobs else None,
                 usage=Usage(prompt_tokens=p, completion_tokens=c), finish_reason=choice.finish_reason,
                 cost=cost, model=model, tool_calls=choice.tool_calls,
+                metadata={"cached_prompt_tokens": cached[i]} if cached and cached[i] else {},
             )
-            for choice, p, c, cost in zip(parsed, prompts, counts, costs)
+            for i, (choice, p, c, cost) in enumerate(zip(parsed, prompts, counts, costs))
         ]
 
     @staticmethod
@@ -321,7 +329,11 @@ class LiteLLMBackend:
         return text, ids, logprobs, getattr(choice, "finish_reason", None)
 
     def _costs(self, response: Any, prompts: list[int], counts: list[int]) -> list[float | None]:
+        """Each choice's dollars: at the prices given; else, for a provider's own endpoint, litellm's (cached prompt
+        tokens at the provider's cache price); a custom ``api_base`` without prices is unknown (``None``)."""
         input_price, output_price = self.prices
+        if (input_price is None or output_price is None) and not self.price_by_name:
+            return [None] * len(prompts)  # a server of one's own: its model name says nothing of its price
         if input_price is None or output_price is None:
             litellm = import_litellm()
             try:

@@ -85,10 +85,13 @@ def _chunk_choice(choice: Any) -> tuple[int, str | None, Any, Any, str | None]:
 
 
 def _prices(litellm: Any, backend: LiteLLMBackend) -> tuple[float, float] | None:
-    """Dollars per input and output token: the backend's, else litellm's for the model, else unknown."""
+    """Dollars per input and output token: the backend's, else litellm's for a provider's own endpoint, else
+    unknown."""
     given_in, given_out = backend.prices
     if given_in is not None and given_out is not None:
         return float(given_in), float(given_out)
+    if not backend.price_by_name:  # a server of one's own: unknown unless given
+        return None
     try:
         info = litellm.get_model_info(backend.model_name)
         return float(info["input_cost_per_token"]), float(info["output_cost_per_token"])

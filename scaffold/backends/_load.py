@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import ModelAliasError
 from scaffold.backends._model import Model
+from scaffold.backends._prices import Price
 from scaffold.backends._registry import make_backend
 from scaffold.backends._retry import Retry
 
@@ -58,6 +59,9 @@ def model_from_config(alias: str, entry: Mapping[str, Any] | ModelEntry) -> Mode
             settings["retry"] = Retry(**retry.model_dump(exclude_none=True))
         elif retry is not None:
             settings["retry"] = Retry(attempts=retry)
+        price = settings.pop("price", None)
+        if price is not None:
+            settings["price"] = Price(**price.model_dump())
         return Model(make_backend(parsed.backend_kind, parsed.model, parsed.backend_options()), **settings)
     except ModelAliasError:
         raise

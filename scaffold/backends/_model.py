@@ -21,6 +21,7 @@ from scaffold._secrets import SECRET_HEADERS, SECRET_PARAMS
 from scaffold._throttle import Throttle
 from scaffold._types import Completion, Finished, Request, StreamItem
 from scaffold.backends._base import Backend, stream_completions
+from scaffold.backends._prices import Price
 from scaffold.backends._retry import Retry
 
 DEFAULT_MAX_TOKENS = 512
@@ -75,6 +76,8 @@ class Model:
             delays the retry of the request that received it (capped by ``max_retry_after``).
         throttle: the pacing that engages when the provider shows a rate limit (default: ``Throttle()``;
             see :mod:`scaffold._throttle`), shared by every run using this ``Model``.
+        price: what every completion costs (a :class:`~scaffold.Price`), over what the backend reports: for a local
+            engine or a self-hosted server no price map knows, so budgets and cost reports work for them too.
         clock: what the pacers, the default throttle, the retry backoff, the per-attempt ``timeout`` and a
             run's ``call_timeout`` read and wait on (default: the real monotonic clock). A test passes
             :class:`scaffold.testing.VirtualClock` to run them in virtual time; a ``throttle`` given keeps
@@ -114,6 +117,7 @@ class Model:
         retry: Retry | None = None,
         throttle: Throttle | None = None,
         clock: Clock | None = None,
+        price: Price | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"a timeout must be positive, got {timeout}")
@@ -151,6 +155,11 @@ class Model:
         self.rpm = RateLimit(requests_per_minute, clock=clock) if requests_per_minute is not None else None
         self.tpm = RateLimit(tokens_per_minute, clock=clock) if tokens_per_minute is not None else None
         self.throttle = throttle if throttle is not None else Throttle(clock=clock)
+        if price is not None and not isinstance(price, Price):
+            raise ModelAliasError(f"price= takes a scaffold.Price, e.g. sf.Price(input=1e-7, output=4e-7); got "
+                                  f"{type(price).__name__}")
+        self.price = price
+        """The price every completion is charged at, over the backend's own cost (``None``: the backend's)."""
         self._rng = random.Random(self.retry.seed)
 
     def __repr__(self) -> str:
@@ -202,6 +211,8 @@ class Model:
                 used = sum(c.usage.total_tokens for c in completions)
                 if used:
                     self.tpm.adjust(used - tokens)
+            if self.price is not None:
+                completions = self.price.priced(completions, latency)
             return Reply(completions, attempt, started, latency)
 
     async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
@@ -232,6 +243,7 @@ class Model:
             try:
                 tokens = await self._wait_for_budget(request)
                 number = self.throttle.started()
+                t0 = time.perf_counter()
                 items = stream_completions(self.backend, request)
                 try:
                     if self.timeout is None:
@@ -243,10 +255,10 @@ class Model:
                         except TimeoutError:
                             raise RequestTimeout(f"no answer within {self.timeout}s") from None
                     handed_on = True
-                    yield first
+                    yield self._priced(first, t0)
                     item = first
                     async for item in items:
-                        yield item
+                        yield self._priced(item, t0)
                 except BackendError as exc:
                     self._failed(exc, tokens, number)
                     if handed_on or not self.retry.should_retry(exc, attempt):
@@ -267,6 +279,12 @@ class Model:
                 if used:
                     self.tpm.adjust(used - tokens)
             return
+
+    def _priced(self, item: StreamItem, t0: float) -> StreamItem:
+        """A stream's item, its completions priced by :attr:`price` when there is one (``t0``: when it began)."""
+        if self.price is None or not isinstance(item, Finished):
+            return item
+        return Finished(tuple(self.price.priced(item.completions, time.perf_counter() - t0)))
 
     async def _wait_for_budget(self, request: Request) -> int:
         if self.throttle.rate is not None:

@@ -13,8 +13,10 @@ Same meaning as :class:`~scaffold.backends.LiteLLMBackend`:
   ``return_token_ids`` (ids come back per choice; OpenAI itself is never asked).
 - Retries, pacing and limits are :class:`~scaffold.backends.Model`'s: a failure is raised once,
   as a typed :class:`~scaffold._errors.BackendError` (:mod:`scaffold.backends._openai_errors`).
-- Cost from the prices given, else from litellm's price map when litellm is installed
-  (:mod:`scaffold.backends._prices`); an unknown price is ``None``, never 0.
+- Cost from the prices given, else, on OpenAI's own endpoint only, from litellm's price map when litellm is
+  installed (:mod:`scaffold.backends._prices`): a server elsewhere is not priced by its model's name. An unknown
+  price is ``None``, never 0. Cached prompt tokens (``prompt_tokens_details.cached_tokens``) are recorded as
+  ``metadata["cached_prompt_tokens"]`` and priced at the cache price.
 - Keys never appear in errors, reprs or records (:mod:`scaffold._secrets`).
 
 ``stream(request)`` sends ``stream: true`` with ``include_usage`` and yields
@@ -38,9 +40,9 @@ from scaffold._messages import call_from_dict, message_dict
 from scaffold._secrets import MaskedKey, environment_secrets, redact
 from scaffold._types import Completion, Delta, Finished, Request, StreamItem, ToolCall
 from scaffold.backends._base import Capabilities
-from scaffold.backends._choices import Choice, completions_from
+from scaffold.backends._choices import Choice, cached_prompt_tokens, completions_from
 from scaffold.backends._openai_errors import error_for_status, error_message, is_context_error, transport_error
-from scaffold.backends._prices import price_per_token
+from scaffold.backends._prices import cache_read_price, price_per_token
 from scaffold.backends._streaming import StreamAssembler
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -125,7 +127,7 @@ class OpenAIBackend:
                 defaults["default_key_env"] = "HOSTED_VLLM_API_KEY"
         return cls(sent, base_url=base_url, **{**defaults, **options})
     settings = frozenset({"api_base", "api_key_env", "supports_n", "max_n", "token_ids", "input_cost_per_token",
-                          "output_cost_per_token", "headers", "extra_body"})
+                          "output_cost_per_token", "price_by_name", "headers", "extra_body"})
     """The keys a registry entry (``models.toml``, a server config) may give this backend."""
 
     def __init__(
@@ -141,6 +143,7 @@ class OpenAIBackend:
         token_ids: bool | None = None,
         input_cost_per_token: float | None = None,
         output_cost_per_token: float | None = None,
+        price_by_name: bool | None = None,
         name: str | None = None,
         headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -161,6 +164,7 @@ class OpenAIBackend:
         """The variable read for a key when neither ``api_key`` nor ``api_key_env`` is given (may be unset)."""
         self.token_ids = (self.base_url != OPENAI_BASE_URL) if token_ids is None else token_ids
         self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n, returns_token_ids=self.token_ids,
+                                         json_schema=True,
                                          streams=True)
         self.headers = dict(headers or {})
         self._secret_headers: dict[str, str] = {}
@@ -169,6 +173,9 @@ class OpenAIBackend:
         self.timeout = timeout
         self.max_connections = max_connections
         self._given_prices = (input_cost_per_token, output_cost_per_token)
+        self.price_by_name = self.base_url == OPENAI_BASE_URL if price_by_name is None else bool(price_by_name)
+        """Price the model by its name from litellm's map (when no prices are given): on OpenAI's own endpoint by
+        default; ``price_by_name=True`` for a gateway that serves OpenAI's models at OpenAI's prices."""
         self._prices: tuple[float, float] | None | Any = _UNSET
         self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
@@ -293,7 +300,9 @@ class OpenAIBackend:
         completion_tokens = int((usage or {}).get("completion_tokens") or 0) if usage else parts.completion_tokens()
         completions = completions_from(parts.choices(), prompt_tokens=prompt_tokens,
                                        completion_tokens=completion_tokens, model=model or self.model,
-                                       prices=self._price() if usage else None, logprobs=request.logprobs)
+                                       prices=self._price() if usage else None, logprobs=request.logprobs,
+                                       cached_tokens=cached_prompt_tokens(usage or {}),
+                                       cache_price=self._cache_price())
         yield Finished(tuple(completions))
 
     # -- the request ------------------------------------------------------------------------------
@@ -391,17 +400,33 @@ class OpenAIBackend:
             model=answer.get("model") or self.model,
             prices=self._price() if usage else None,
             logprobs=request.logprobs,
+            cached_tokens=cached_prompt_tokens(usage), cache_price=self._cache_price(),
         )
 
     def _price(self) -> tuple[float, float] | None:
+        """Dollars per input and output token: the prices given, else (on OpenAI's own endpoint only) the price
+        map's; a server elsewhere may call its model anything, so its cost is unknown unless given."""
         if self._prices is _UNSET:
             given = self._given_prices
             if given[0] is not None and given[1] is not None:
                 self._prices = (float(given[0]), float(given[1]))
-            else:
+            elif self.price_by_name:
                 self._prices = price_per_token(self.model_name)
+            else:
+                self._prices = None
         prices: tuple[float, float] | None = self._prices
         return prices
+
+    def _cache_price(self) -> float | None:
+        """Dollars per cached prompt token: the map's cache price on OpenAI's own endpoint, else the input price."""
+        prices = self._price()
+        if prices is None:
+            return None
+        if self.price_by_name and self._given_prices[0] is None:
+            cached = cache_read_price(self.model_name)
+            if cached is not None:
+                return cached
+        return prices[0]
 
     def _redacted(self, error: BackendError) -> BackendError:
         secrets = [s for s in (self._api_key, os.environ.get(self.api_key_env or "") or None,

@@ -1,4 +1,8 @@
-"""Dollar prices per token from litellm's price map, without importing litellm when it is not loaded yet.
+"""Dollar prices: per token from litellm's price map (without importing litellm when it is not loaded yet), and
+:class:`Price`, a price given for any model.
+
+A price map applies to a provider's own endpoint only: a model name served elsewhere (a local OpenAI-compatible
+server that calls itself ``gpt-4o-mini``) is not that provider's model, and its cost is unknown unless given.
 
 litellm takes seconds to import; its price map is a JSON file inside the package. When litellm is
 already imported, its live ``model_cost`` table is read (it holds what ``litellm.register_model``
@@ -12,11 +16,14 @@ import functools
 import importlib.util
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["price_per_token"]
+from scaffold._types import Completion, Usage
+
+__all__ = ["Price", "cache_read_price", "price_per_token"]
 
 _PRICE_FILE = "model_prices_and_context_window_backup.json"
 _OPENAI_PROVIDERS = ("openai", "text-completion-openai")
@@ -74,3 +81,69 @@ def _bundled_table() -> Mapping[str, Any]:
                 return {}
             return table if isinstance(table, dict) else {}
     return {}
+
+
+@dataclass(frozen=True)
+class Price:
+    """What a model's calls cost, given where no price map knows it: a local engine, a self-hosted server, a
+    negotiated rate. ``sf.Model(backend, price=sf.Price(...))`` prices every completion with it (over what the
+    backend reported), so budgets and cost reports work for any backend.
+
+    ``input`` and ``output`` are dollars per prompt and completion token; ``cached_input`` per prompt token a
+    provider served from its cache (reported as ``metadata["cached_prompt_tokens"]``; default: ``input``);
+    ``per_second`` dollars per second of the call's wall time (a GPU's rent; concurrent calls each pay their own
+    time, so for a batching engine it is an upper bound), shared among the call's choices.
+
+    Examples:
+        >>> from scaffold import Price
+        >>> from scaffold._types import Usage
+        >>> price = Price(input=1e-6, output=2e-6, per_second=0.001)
+        >>> round(price.cost(Usage(prompt_tokens=100, completion_tokens=50), seconds=2.0), 6)
+        0.0022
+    """
+
+    input: float = 0.0
+    output: float = 0.0
+    cached_input: float | None = None
+    per_second: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("input", "output", "cached_input", "per_second"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                      or value != value):
+                raise ValueError(f"Price({name}=...) is dollars, a number of 0 or more; got {value!r}")
+
+    def cost(self, usage: Usage, *, seconds: float = 0.0, cached: int = 0) -> float:
+        """The dollars of one choice: its tokens (``cached`` of its prompt tokens at the cached rate) and its share
+        of the call's ``seconds``."""
+        cached = min(max(cached, 0), usage.prompt_tokens)
+        cached_rate = self.input if self.cached_input is None else self.cached_input
+        return ((usage.prompt_tokens - cached) * self.input + cached * cached_rate
+                + usage.completion_tokens * self.output + seconds * self.per_second)
+
+    def priced(self, completions: Sequence[Completion], seconds: float) -> list[Completion]:
+        """``completions`` with their costs from this price (a call's ``seconds`` shared among its choices)."""
+        share = seconds / max(len(completions), 1)
+        return [replace(c, cost=self.cost(c.usage, seconds=share,
+                                          cached=int(c.metadata.get("cached_prompt_tokens") or 0)))
+                for c in completions]
+
+
+def cache_read_price(model: str) -> float | None:
+    """Dollars per cached prompt token of ``model`` in litellm's price map (``None``: no cache price known).
+
+    Examples:
+        >>> cache_read_price("scaffold-unknown-model") is None
+        True
+    """
+    table = _price_table()
+    provider, slash, bare = model.partition("/")
+    for name in ([model, bare] if slash and provider == "openai" else [model]):
+        entry = table.get(name)
+        if isinstance(entry, Mapping) and entry.get("cache_read_input_token_cost") is not None:
+            try:
+                return float(entry["cache_read_input_token_cost"])
+            except (TypeError, ValueError):
+                return None
+    return None

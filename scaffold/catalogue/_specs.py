@@ -22,6 +22,7 @@ from typing import Any
 from scaffold._errors import MissingDependencyError, ModelSpecError
 from scaffold._extras import POCKET_MODULES, absent, install_hint
 from scaffold.backends._model import Model
+from scaffold.backends._prices import Price
 from scaffold.backends._registry import backend_from_spec, parse_spec
 
 DEFAULT_SPEC = "pocket"
@@ -80,13 +81,14 @@ def pocket_dir_of(spec: str) -> Path | None:
 
 
 def bind_specs(aliases: Sequence[str], specs: Mapping[str | None, str], *, api_base: str | None = None,
-               temperature: float | None = None, max_tokens: int | None = None) -> Bound:
+               temperature: float | None = None, max_tokens: int | None = None, price: Price | None = None) -> Bound:
     """Bind every alias of a topology to the model its spec names (``specs[None]``: every alias without its own).
 
     An alias the topology does not use, or a spec that names no runnable model, raises
     :class:`~scaffold.ModelSpecError`; a missing API key :class:`~scaffold.AuthenticationError`; the default
     (pocket) model without its dependencies :class:`~scaffold.MissingDependencyError`. One :class:`Model` is
-    made per distinct spec, so aliases that share a spec share its limits.
+    made per distinct spec, so aliases that share a spec share its limits. ``price`` (a :class:`~scaffold.Price`)
+    prices every model that is not the pocket model.
     """
     from scaffold.backends._transformers import TransformersBackend
 
@@ -115,7 +117,7 @@ def bind_specs(aliases: Sequence[str], specs: Mapping[str | None, str], *, api_b
         check = getattr(backend, "check_credentials", None)
         if check is not None:
             check()
-        made[spec] = Model(backend, params=params, max_in_flight=32)
+        made[spec] = Model(backend, params=params, max_in_flight=32, price=price)
     first = next((p for p in pocket_dirs.values() if p is not None), None)
     return Bound(models={alias: made[spec] for alias, spec in chosen.items()}, specs=chosen, pocket=pocket,
                  pocket_dir=first, params=params)

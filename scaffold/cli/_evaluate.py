@@ -27,6 +27,11 @@ from scaffold.cli._options import model_options, param_options, prepare, split_p
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N problems (pocket: how many; default 100).")
 @click.option("--problem-key", default="problem", show_default=True, help="The problem field of the rows.")
 @click.option("--answer-key", default="answer", show_default=True, help="The reference answer field of the rows.")
+@click.option("--answer-kind", type=click.Choice(["math", "integer", "choice", "text", "json"]), default="math",
+              show_default=True, help="How answers are read and compared (scaffold.answers): choice reads "
+              "multiple-choice rows (question, options, answer) and puts the lettered options in the problem.")
+@click.option("--choices-key", default="choices", show_default=True,
+              help="The options field of multiple-choice rows (else columns A, B, ...).")
 @click.option("--name", help="The evaluation's name (its runs are NAME-0, NAME-1...). Default: topology, dataset "
                              "and a hash of the settings, so the same command resumes the same evaluation.")
 @click.option("--resume", "resume_name", metavar="NAME", help="Resume evaluation NAME with its recorded settings.")
@@ -52,8 +57,10 @@ from scaffold.cli._options import model_options, param_options, prepare, split_p
               help="CPUs Ray reserves per worker (with --ray).")
 @click.pass_obj
 def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], prompts: str | None,
-                 model_values: tuple[str, ...], api_base: str | None, temperature: float, max_tokens: int | None,
-                 data: str | None, limit: int | None, problem_key: str, answer_key: str, name: str | None,
+                 model_values: tuple[str, ...], api_base: str | None, price: Any, temperature: float,
+                 max_tokens: int | None,
+                 data: str | None, limit: int | None, problem_key: str, answer_key: str, answer_kind: str,
+                 choices_key: str, name: str | None,
                  resume_name: str | None, concurrency: int, seed: int, ks: str | None, out: Path | None,
                  as_json: bool, no_progress: bool, max_cost: float | None, max_total_tokens: int | None,
                  dry_run: bool, ray_address: str | None, workers: int, worker_cpus: float) -> None:
@@ -80,6 +87,7 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
           --api-base http://127.0.0.1:8000/v1 --data math500 --limit 100
       scaffold eval rsa --model openai/gpt-4o-mini --data problems.jsonl --dry-run   # calls, before paying
       scaffold eval rsa --model openai/gpt-4o-mini --data gsm8k --max-cost 5
+      scaffold eval self_consistency --data mmlu.csv --answer-kind choice --model openai/gpt-4o-mini -p n=5
       scaffold eval --resume rsa-math500-1a2b3c
       scaffold --store postgresql+psycopg://user@db/scaffold eval rsa --model openai/gpt-4o-mini --data math500 \\
           --ray auto --workers 8                        # on a Ray cluster; needs scaffold-sdk[cluster,postgres]
@@ -95,9 +103,12 @@ def eval_command(handle: Any, topology: str | None, params: tuple[str, ...], pro
     if store is None:
         raise click.UsageError("an evaluation is recorded in a store; $SCAFFOLD_STORE turns it off: pass --store")
     ask = Ask(topology, params, model_values, prompts, api_base, temperature, max_tokens, data, limit, problem_key,
-              answer_key, seed)
+              answer_key, seed, answer_kind, choices_key,
+              None if price is None else (price.input * 1e6, price.output * 1e6))
     if resume_name is not None:
         ask, name = ask.resumed(store.evaluation(resume_name).settings, resume_name), resume_name
+    if ask.data in (None, "pocket") and ask.answer_kind not in ("math", "integer"):  # before any model is built
+        raise click.UsageError(f"--answer-kind {ask.answer_kind} needs --data: pocket problems have integer answers")
     sizes = _ks(ks)
     budget = None
     if max_cost is not None or max_total_tokens is not None:
@@ -146,6 +157,10 @@ class Ask:
     problem_key: str
     answer_key: str
     seed: int
+    answer_kind: str = "math"
+    choices_key: str = "choices"
+    price: tuple[float, float] | None = None
+    """Dollars per million prompt and completion tokens (``--price``)."""
 
     def resumed(self, recorded: Mapping[str, Any], name: str) -> Ask:
         """The same request as the recorded evaluation ``name`` (a topology given too must be its own)."""
@@ -158,6 +173,8 @@ class Ask:
             temperature=recorded.get("temperature", self.temperature), max_tokens=recorded.get("max_tokens"),
             data=recorded.get("data"), limit=recorded.get("limit"), problem_key=recorded.get("problem_key", "problem"),
             answer_key=recorded.get("answer_key", "answer"), seed=recorded.get("seed", self.seed),
+            answer_kind=recorded.get("answer_kind", "math"), choices_key=recorded.get("choices_key", "choices"),
+            price=tuple(recorded["price"]) if recorded.get("price") else self.price,  # type: ignore[arg-type]
         )
 
 
@@ -181,7 +198,8 @@ class Plan:
                    f"({specs})", err=True)
         try:
             evaluate(self.graph, self.rows, self.bound.models, name=self.name, store=store, dataset=self.dataset,
-                     source=self.source, settings=self.settings, **options)
+                     source=self.source, settings=self.settings, answer_kind=self.settings.get("answer_kind"),
+                     **options)
         except KeyboardInterrupt:
             store.flush()
             click.echo(f"\ninterrupted: what finished is recorded; resume with: scaffold eval --resume {self.name}",
@@ -201,24 +219,37 @@ def plans(ask: Ask, name: str | None) -> list[Plan]:
     # problems from a file or the hub are loaded first: a bad --data fails before any model is built or loaded
     given_rows = None
     if ask.data not in (None, "pocket"):
-        given_rows = load_rows(ask.data, ask.limit, ask.seed, None, ask.problem_key, ask.answer_key)
+        given_rows = load_rows(ask.data, ask.limit, ask.seed, None, ask.problem_key, ask.answer_key,
+                               ask.answer_kind, ask.choices_key)
     for combo, given in zip(combos, names):
         graph, bound = prepare(ask.topology, combo, ask.model_values, api_base=ask.api_base, prompts=ask.prompts,
-                               temperature=ask.temperature, max_tokens=ask.max_tokens)
+                               temperature=ask.temperature, max_tokens=ask.max_tokens, price=_price_of(ask))
         if given_rows is not None:
             rows, dataset, source = list(given_rows[0]), given_rows[1], given_rows[2]
         else:
             rows, dataset, source = load_rows(ask.data, ask.limit, ask.seed, bound.pocket_dir, ask.problem_key,
-                                              ask.answer_key)
+                                              ask.answer_key, ask.answer_kind, ask.choices_key)
         settings = {
             "topology": ask.topology, "params": combo, "models": bound.specs, "api_base": _safe(ask.api_base),
             "prompts": ask.prompts or ("pocket" if bound.pocket else "generic"), "temperature": ask.temperature,
             "max_tokens": bound.params.get("max_tokens"), "data": ask.data, "limit": ask.limit, "seed": ask.seed,
             "problem_key": ask.problem_key, "answer_key": ask.answer_key,
         }
+        if ask.answer_kind != "math":  # recorded only when chosen: evaluations from before kinds resume as they were
+            settings.update(answer_kind=ask.answer_kind, choices_key=ask.choices_key)
+        if ask.price is not None:
+            settings["price"] = list(ask.price)
         made.append(Plan(given or default_name(graph.name, dataset, settings), graph, bound, rows, dataset, source,
                          settings))
     return made
+
+
+def _price_of(ask: Ask) -> Any:
+    if ask.price is None:
+        return None
+    from scaffold.backends import Price
+
+    return Price(input=ask.price[0] / 1e6, output=ask.price[1] / 1e6)
 
 
 def _print(reports: Sequence[Any], as_json: bool) -> None:
@@ -283,7 +314,8 @@ def _ks(text: str | None) -> list[int] | None:
 
 
 def load_rows(data: str | None, limit: int | None, seed: int, pocket_dir: Path | None, problem_key: str,
-              answer_key: str) -> tuple[list[dict[str, Any]], str, str]:
+              answer_key: str, answer_kind: str = "math", choices_key: str = "choices"
+              ) -> tuple[list[dict[str, Any]], str, str]:
     """The problems ``--data`` names, the dataset name they are recorded under, and their source."""
     from scaffold._data import DATASETS, load_problems
     from scaffold._rows import load_hub_problems
@@ -294,12 +326,17 @@ def load_rows(data: str | None, limit: int | None, seed: int, pocket_dir: Path |
         count = limit or 100
         rows = task.problems(count, seed=seed, split="test")
         return rows, f"pocket-{task.digits}x{task.terms}-test-s{seed}-n{count}", f"pocket:{task.name}"
+    kind = {"answer_kind": answer_kind, "choices_key": choices_key} if answer_kind == "choice" else {}
     if data.startswith("hf:"):
         hub, _, split = data[3:].partition(":")
-        rows = load_hub_problems(hub, split=split or "test", limit=limit, problem_key=problem_key,
-                                 answer_key=answer_key)
+        if kind:
+            rows = load_problems(hub, split=split or "test", limit=limit, problem_key=problem_key,
+                                 answer_key=answer_key, **kind)
+        else:
+            rows = load_hub_problems(hub, split=split or "test", limit=limit, problem_key=problem_key,
+                                     answer_key=answer_key)
         return rows, f"{hub.replace('/', '_')}-{split or 'test'}", data
-    rows = load_problems(data, limit=limit, problem_key=problem_key, answer_key=answer_key)
+    rows = load_problems(data, limit=limit, problem_key=problem_key, answer_key=answer_key, **kind)
     path = Path(data).expanduser()
     source = str(path) if data not in DATASETS and path.exists() else data  # a shipped name wins over a path
     return rows, path.stem + (f"-n{limit}" if limit else ""), source

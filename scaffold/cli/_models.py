@@ -7,6 +7,7 @@ model without its dependencies one ``Error:`` line saying what to install.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import click
 
@@ -23,10 +24,11 @@ def parse_model_options(values: Sequence[str]) -> dict[str | None, str]:
 
 
 def bind_cli_models(aliases: Sequence[str], specs: Mapping[str | None, str], *, api_base: str | None = None,
-                    temperature: float | None = None, max_tokens: int | None = None) -> Bound:
+                    temperature: float | None = None, max_tokens: int | None = None, price: Any = None) -> Bound:
     """:func:`~scaffold.catalogue.bind_specs` with the command line's errors."""
     try:
-        return bind_specs(aliases, specs, api_base=api_base, temperature=temperature, max_tokens=max_tokens)
+        return bind_specs(aliases, specs, api_base=api_base, temperature=temperature, max_tokens=max_tokens,
+                          price=price)
     except ModelSpecError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from None
     except AuthenticationError as exc:

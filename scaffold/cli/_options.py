@@ -25,7 +25,7 @@ def param_options(command: F) -> F:
 
 
 def model_options(command: F) -> F:
-    """``--model`` (repeatable), ``--api-base``, ``--temperature`` and ``--max-tokens``."""
+    """``--model`` (repeatable), ``--api-base``, ``--price``, ``--temperature`` and ``--max-tokens``."""
     for option in reversed([
         click.option("--model", "model_values", multiple=True, metavar="[ALIAS=]SPEC",
                      help="The model of every alias (SPEC) or of one alias (ALIAS=SPEC); repeatable. SPEC: pocket "
@@ -35,12 +35,32 @@ def model_options(command: F) -> F:
                           "openai/gpt-4o-mini (litellm:SPEC forces litellm)."),
         click.option("--api-base", metavar="URL",
                      help="The OpenAI-compatible server of the API models (e.g. http://127.0.0.1:8000/v1)."),
+        click.option("--price", metavar="IN,OUT", callback=_price,
+                     help="Dollars per million prompt and completion tokens of the API models, e.g. 0.15,0.6: a "
+                          "server of your own is priced by no price map (its cost is unknown otherwise)."),
         click.option("--temperature", type=float, default=1.0, show_default=True),
         click.option("--max-tokens", type=click.IntRange(min=1),
                      help="New tokens per call (default: 128 on the pocket model, the provider's otherwise)."),
     ]):
         command = option(command)
     return command
+
+
+def _price(context: click.Context, parameter: click.Parameter, value: str | None) -> Any:
+    """``--price IN,OUT`` (dollars per million tokens) as a :class:`~scaffold.Price`."""
+    if value is None:
+        return None
+    from scaffold.backends import Price
+
+    parts = value.split(",")
+    try:
+        numbers = [float(part) for part in parts]
+        if len(numbers) != 2:
+            raise ValueError
+        return Price(input=numbers[0] / 1e6, output=numbers[1] / 1e6)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not IN,OUT: dollars per million prompt and completion tokens, "
+                                 f"two numbers of 0 or more (e.g. 0.15,0.6)", param_hint="--price") from None
 
 
 def split_params(values: Sequence[str]) -> dict[str, str]:
@@ -72,14 +92,15 @@ topology_aliases = catalogue.topology_aliases
 
 
 def prepare(name: str, params: dict[str, str], model_values: Sequence[str], *, api_base: str | None,
-            prompts: str | None, temperature: float | None, max_tokens: int | None) -> tuple[Any, Bound]:
+            prompts: str | None, temperature: float | None, max_tokens: int | None,
+            price: Any = None) -> tuple[Any, Bound]:
     """Build topology ``name`` and bind its models; every mistake is a one-line usage error before any call."""
     from scaffold._errors import GraphError
 
     try:
         aliases = topology_aliases(name, params)
         bound = bind_cli_models(aliases, parse_model_options(model_values), api_base=api_base,
-                                temperature=temperature, max_tokens=max_tokens)
+                                temperature=temperature, max_tokens=max_tokens, price=price)
         use_pocket = (prompts or ("pocket" if bound.pocket else "generic")) == "pocket"
         graph = build(name, params, prompts="pocket" if use_pocket else "generic", model_dir=bound.pocket_dir)
     except GraphError as exc:

@@ -39,15 +39,20 @@ def _problem_text(value: str) -> str:
 @click.argument("topology")
 @click.option("--problem", required=True, metavar="TEXT", help="The problem to solve; '-' reads it from stdin.")
 @click.option("--answer", "reference", metavar="REF", help="The reference answer: report whether the run's matches.")
+@click.option("--answer-kind", type=click.Choice(["math", "integer", "choice", "text", "json"]), default=None,
+              help="How the answer is read and compared (scaffold.answers; default math, or choice with --choice).")
+@click.option("--choice", "choices", multiple=True, metavar="TEXT",
+              help="An option of a multiple-choice problem (repeat it: A, B, ...); the problem gets them lettered.")
 @param_options
 @model_options
 @click.option("--seed", type=int, help="Fixes every random choice of the run (default: drawn, and printed).")
 @click.option("--run-id", metavar="ID", help="The run's id (default: a new one); a recorded id resumes that run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
 @click.pass_obj
-def run_command(handle: StoreHandle, topology: str, problem: str, reference: str | None, params: tuple[str, ...],
-                prompts: str | None, model_values: tuple[str, ...], api_base: str | None, temperature: float,
-                max_tokens: int | None, seed: int | None, run_id: str | None, as_json: bool) -> None:
+def run_command(handle: StoreHandle, topology: str, problem: str, reference: str | None, answer_kind: str | None,
+                choices: tuple[str, ...], params: tuple[str, ...], prompts: str | None, model_values: tuple[str, ...],
+                api_base: str | None, price: Any, temperature: float, max_tokens: int | None, seed: int | None,
+                run_id: str | None, as_json: bool) -> None:
     """Run TOPOLOGY once on one problem; print the answer, model calls, tokens, cost and wall time.
 
     TOPOLOGY is a ready-made one or your own @sf.graph function as FILE.py:NAME or MODULE:NAME.
@@ -65,18 +70,33 @@ def run_command(handle: StoreHandle, topology: str, problem: str, reference: str
       scaffold run single_sample --model hosted_vllm/qwen --api-base http://localhost:8000/v1 --problem "2+2"
       scaffold --store runs.db run self_consistency --model openai/gpt-4o-mini --problem "1+2+3" --seed 0 --json
       scaffold run self_consistency -p n=8 --problem "12+7+30" --answer 49   # pocket model; needs scaffold-sdk[train]
+      scaffold run self_consistency --model openai/gpt-4o-mini --problem "Capital of France?" --choice Rome \
+          --choice Paris --answer B
     """
+    from scaffold.answers import answer_kind as answer_kind_of
+    from scaffold.answers import format_choices
+
     text = _problem_text(problem)
+    if len(choices) == 1 or len(choices) > 10:
+        raise click.BadParameter(f"a multiple-choice problem has 2 to 10 options, got {len(choices)}",
+                                 param_hint="--choice")
+    if choices and answer_kind not in (None, "choice"):
+        raise click.BadParameter(f"--choice makes a multiple-choice problem; --answer-kind {answer_kind} does not "
+                                 f"read one", param_hint="--answer-kind")
+    inputs: dict[str, Any] = {"problem": text}
+    if choices:
+        inputs = {"problem": format_choices(text, choices), "choices": list(choices)}
+    kind = answer_kind_of(answer_kind or ("choice" if choices else "math")).bind(inputs)
     graph, bound = prepare(topology, split_params(params), model_values, api_base=api_base, prompts=prompts,
-                           temperature=temperature, max_tokens=max_tokens)
+                           temperature=temperature, max_tokens=max_tokens, price=price)
     from scaffold.store import close_stores
 
     try:
-        result = graph.run_sync({"problem": text}, models=bound.models, seed=seed, run_id=run_id,
-                                store=handle.target, raise_on_error=False)
+        result = graph.run_sync(inputs, models=bound.models, seed=seed, run_id=run_id, store=handle.target,
+                                raise_on_error=False, answer_kind=kind)
     finally:
         close_stores()
-    report = _report(result, reference, bound.specs, handle)
+    report = _report(result, reference, bound.specs, handle, kind.correct)
     error = redact_secrets(report["error"]) if report["error"] else None
     report["error"] = error
     if as_json:
@@ -89,9 +109,8 @@ def run_command(handle: StoreHandle, topology: str, problem: str, reference: str
         raise click.ClickException(f"run {result.run_id} failed: {error}")
 
 
-def _report(result: Any, reference: str | None, specs: dict[str, str], handle: StoreHandle) -> dict[str, Any]:
-    from scaffold import equivalent
-
+def _report(result: Any, reference: str | None, specs: dict[str, str], handle: StoreHandle,
+            correct: Any) -> dict[str, Any]:
     usage = result.usage
     error = None
     if result.error is not None:
@@ -101,7 +120,7 @@ def _report(result: Any, reference: str | None, specs: dict[str, str], handle: S
         error = f"the run ended with status {result.status}"
     return {
         "run_id": result.run_id, "graph": result.graph, "status": result.status, "answer": result.answer,
-        "reference": reference, "correct": None if reference is None else equivalent(result.answer, reference),
+        "reference": reference, "correct": None if reference is None else correct(result.answer, reference),
         "calls": dict(sorted(result.calls_by_model().items())), "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens, "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "cost": result.cost, "wall_time": result.wall_time, "seed": result.seed, "models": specs,

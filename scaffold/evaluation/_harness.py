@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaffold._answers import Equivalence, equivalent
+from scaffold._answers import Equivalence
 from scaffold._errors import EvaluationError
 from scaffold._executor import bind_models
 from scaffold._graph import Graph
@@ -24,6 +24,8 @@ from scaffold._json import to_json
 from scaffold._result import RunResult
 from scaffold._sync import no_running_loop, run_released
 from scaffold._types import TraceKind
+from scaffold.answers import AnswerKind
+from scaffold.answers import answer_kind as answer_kind_of
 from scaffold.evaluation._report import EVAL_SOURCE, AnswerChecker, EvalReport, load_report
 from scaffold.store._default import resolve_store
 from scaffold.store._store import Store
@@ -42,13 +44,17 @@ async def evaluate_async(
     concurrency: int = 16,
     seed: int = 0,
     progress: bool = False,
-    equivalence: Equivalence = equivalent,
+    equivalence: Equivalence | None = None,
+    answer_kind: AnswerKind | str | None = None,
     **run_kwargs: Any,
 ) -> EvalReport:
     """:func:`evaluate` from async code."""
     target = _check(name, rows, store, graph.inputs)
     dataset = dataset or name
-    recorded = settings if settings is not None else {"graph": graph.name, "params": graph.spec()["params"]}
+    kind = answer_kind_of(answer_kind)
+    recorded = dict(settings) if settings is not None else {"graph": graph.name, "params": graph.spec()["params"]}
+    if kind.name != "math":  # recorded, so that a report read later scores by the same kind
+        recorded.setdefault("answer_kind", kind.name)
     found = await asyncio.to_thread(target.save_evaluation, name, graph=graph.name, dataset=dataset,
                                     settings=recorded, problems=len(rows))
     _same_evaluation(found, graph.name, dataset, to_json(dict(recorded)), len(rows))
@@ -57,17 +63,25 @@ async def evaluate_async(
               if r["call_id"] is None}
     target.add_dataset(dataset, rows, source=source)
     todo = [i for i, run_id in enumerate(run_ids) if run_id not in scored]  # scored runs are not run again
-    inputs = [{key: rows[i][key] for key in graph.inputs} for i in todo]
+    read = [*graph.inputs, *(key for key in kind.inputs if key not in graph.inputs)]  # the kind reads the row too
+    inputs = [{key: rows[i][key] for key in read if key in rows[i]} for i in todo]
     async for result in graph.map(inputs, models=models, concurrency=concurrency, seed=seed, progress=progress,
-                                  run_id=name, dataset=dataset, store=target, items=todo, **run_kwargs):
+                                  run_id=name, dataset=dataset, store=target, items=todo, answer_kind=kind,
+                                  **run_kwargs):
         if result.ok:
-            _score(target, result, str(rows[result.index or 0]["answer"]), equivalence)
+            row = rows[result.index or 0]
+            _score(target, result, str(row["answer"]), equivalence or kind.bind(row).same)
     await asyncio.to_thread(target.flush)
-    return await asyncio.to_thread(load_report, target, name, equivalence=equivalence)
+    return await asyncio.to_thread(load_report, target, name, equivalence=equivalence or kind.same)
 
 
 def evaluate(graph: Graph, rows: Sequence[Mapping[str, Any]], models: Mapping[str, Any], **kwargs: Any) -> EvalReport:
     """Run ``graph`` on every row (``problem`` and ``answer``), record and score every run, return the report.
+
+    ``answer_kind`` (:mod:`scaffold.answers`; math by default) reads the runs' answers and scores them against
+    the rows' references; the fields it reads from a row (a multiple-choice kind's ``choices``) go into each
+    run's inputs, and a kind other than math is recorded in the evaluation's settings. ``equivalence``
+    overrides how an answer is compared with the reference.
 
     ``name`` names the evaluation (its runs are ``{name}-{i}``); the same name again resumes it.
     ``store`` is a :class:`~scaffold.Store` or a path/URL (required: an evaluation lives in a

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from scaffold._answers import Equivalence, equivalent
 from scaffold._rules import cluster_answers
 from scaffold._types import Trace, TraceKind
+from scaffold.answers import answer_kind as answer_kind_of
 from scaffold.evaluation._metrics import (
     GainBin,
     MajorityRow,
@@ -167,8 +168,11 @@ class AnswerChecker:
 # -- reading -----------------------------------------------------------------------------------
 def load_report(store: Store, name: str, *, ks: Sequence[int] | None = None, samples_node: str | None = None,
                 resamples: int = 1000, confidence: float = 0.95, seed: int = 0,
-                equivalence: Equivalence = equivalent) -> EvalReport:
+                equivalence: Equivalence | None = None) -> EvalReport:
     """The report of evaluation ``name`` from ``store``; raises :class:`~scaffold._errors.StoreError` if unknown.
+
+    Answers are compared with the reference by ``equivalence``; by default, by the answer kind recorded with the
+    evaluation (math when none was).
 
     ``ks`` are the pass@k / majority@k sizes (default 1, 2, 4, … up to the samples node's
     size); ``samples_node`` overrides which node's traces they count.
@@ -189,6 +193,8 @@ def load_report(store: Store, name: str, *, ks: Sequence[int] | None = None, sam
         >>> store.close()
     """
     info = store.evaluation(name)
+    if equivalence is None:
+        equivalence = answer_kind_of(info.settings.get("answer_kind")).same
     runs = {run.item: run for run in store.evaluation_runs(name)}
     run_ids = [run.id for run in runs.values()]
     traces = store.answer_traces(run_ids)

@@ -23,7 +23,8 @@ class ScriptedBackend:
     last user message to a reply, or to a list of replies used in turn.
 
     ``delay`` (seconds, or a function of the request) makes every call that slow;
-    ``supports_n`` makes sibling samples arrive as one request.
+    ``supports_n`` makes sibling samples arrive as one request; ``json_schema`` makes it a backend that takes a
+    ``response_format`` (a JSON answer kind then sends one: see ``request.params``).
 
     Examples:
         >>> import asyncio
@@ -44,11 +45,12 @@ class ScriptedBackend:
         supports_n: bool = False,
         max_n: int | None = None,
         default: Reply | None = None,
+        json_schema: bool = False,
     ) -> None:
         self.script = script
         self.delay = delay
         self.default = default
-        self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n)
+        self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n, json_schema=json_schema)
         self.requests: list[Request] = []
         """Every request received, in arrival order."""
         self.in_flight = 0

@@ -1,0 +1,295 @@
+r"""Multiple-choice answers: the letter a text chooses, from every common way of stating it.
+
+A text states a choice in three ways, strongest first:
+
+- **a boxed choice**: ``\boxed{B}``, ``\boxed{(A) 54}``, ``\boxed{\text{(B) } \sim 0.36}``, or, when the row's
+  options are known, a boxed option text (``\boxed{0.36}``);
+- **a cue**: "the answer is (B)", "Answer: C", "the correct option is **(A)**", "I'll go with D", "Option C is
+  correct", "答案是 B", "故选C"; when the options are known, a cue followed by an option's text ("the answer is
+  54") counts too;
+- **a line that is only a choice**: ``**(C)**`` alone on a line.
+
+Markdown and LaTeX wrappers (``**``, ``$``, ``\text{}``, ``\textbf{}``, ``\mathrm{}``) are read through. The
+choice is the last boxed choice or cue in the text (a text that reconsiders ends with its final choice), else its
+last choice-only line; a boxed value that is no choice (an intermediate result) is passed over. "The answer is
+not (A)" states nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scaffold._answers import as_number
+from scaffold.answers._kind import AnswerKind, register_kind
+
+LETTERS = "ABCDEFGHIJ"
+"""The letters a choice may take when the options are not given (up to ten options, as MMLU-Pro has)."""
+
+WINDOWS = (400, 2000)
+"""Characters at a text's end searched first, in turn: a final answer is there, and a long text is read in full
+only when its tail states none."""
+
+_WRAPPERS = re.compile(r"\\(?:text|textbf|textit|texttt|mathrm|mathbf|mathit|mathsf|operatorname|emph|underline)"
+                       r"\s*\{([^{}]*)\}")
+_MARKS = re.compile(r"\*\*|__|\\\(|\\\)|\\\[|\\\]|\$|`|\\displaystyle|\\left|\\right|\\quad|\\qquad|\\;|\\,|\\!")
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_LETTER = r"[\(\[\{]?\s*([A-Ja-j])\s*[\)\]\}]?"
+_AFTER = r"(?=$|[\s.,;:!?)\]}'\"。，；：！？）]|\s*[-–—]|\d+\s*$)"
+_NOT_ARTICLE = re.compile(r"[Aa]\s+(?!is\b|are\b|was\b|and\b|or\b|because\b|since\b|as\b|with\b|for\b)[a-z]"
+                          r"|I\s+(?:think|believe|would|will|am|guess|feel|choose|pick|select|go|can|must|should|"
+                          r"need|have|had|do|did|'m|'d|'ll)\b")
+_CUE = re.compile(
+    r"(?:"
+    r"\b(?:answer|ans\b)(?:\s+choice)?(?:\s+to\s+(?:this|the)\s+question)?\s*(?:is|would\s+be|should\s+be|will\s+be|"
+    r"must\s+be|=|:|：|-|–|—)?"
+    r"|\b(?:correct|right|best|final|only\s+correct)\s+(?:option|choice|letter|response|selection)\s*"
+    r"(?:is|would\s+be|should\s+be|=|:|：)?"
+    r"|\b(?:correct|best|closest|right|most\s+(?:accurate|appropriate|likely|plausible|reasonable|suitable))\s+"
+    r"(?:answer|option|choice|statement|response|match)(?:\s+[\w,]+){0,5}?\s+(?:is|would\s+be)\s*:?"
+    r"|\b(?:option|choice)\s+(?:is|would\s+be)|=\s*(?=(?:option|choice)\s)"
+    r"|\bresponse\s*[:：]|\bit(?:'s|\s+is)(?=\s*[\(\[][A-Ja-j][\)\]])"
+    r"|\b(?:i|we)\s*(?:would\s+|will\s+|'ll\s+|'d\s+|shall\s+|should\s+|must\s+|can\s+)?"
+    r"(?:choose|pick|select|go\s+with|opt\s+for)"
+    r"|\b(?:therefore|thus|hence|so),?\s+(?:the\s+answer\s+is\s+)?"
+    r"(?=(?:(?:option|choice)\s*)?[\(\[]?[A-J][\)\]]?\s*(?:$|[.\n]))"
+    r"|答案\s*(?:是|为|應為|应为|应该是|:|：)?|(?:正确|对应|對應)?选项\s*(?:是|为|:|：)?|(?:故|所以|因此|应|應)?选(?:择)?"
+    r")"
+    r"\s*[:：=]?\s*(?:is\s+)?(?:(?:option|choice|letter|sentence|statement|number)\s*[:：]?\s*)?",
+    re.IGNORECASE,
+)
+_FIRST = re.compile(
+    r"([A-J])\s*[\)\]]?,?\s+(?:which\s+)?(?:is|would\s+be|seems|appears)\s+(?:to\s+be\s+)?"
+    r"(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate|answer)\b(?!\s+only\b|\s+if\b)",
+)
+"""A letter that says it is the answer: "(D) is the correct answer", "Option C is correct" (the letter must not
+end a word: checked where it matches, which lets the regex scan for its first character fast)."""
+_AFTER_CUE = re.compile(_LETTER + _AFTER)
+_SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
+_ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
+                          re.IGNORECASE)
+_LETTER_AND_TEXT = re.compile(r"(?:[\(\[]\s*([A-J])\s*[\)\]]|([A-J])\s*[).:])\s*\S")
+_ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.)\n])")
+_FIRST_HINT = re.compile(r"correct|right|best|true|accurate|answer", re.IGNORECASE)
+_CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
+              "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选")
+"""Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
+at every character)."""
+_LINE = re.compile(r"^\s*(?:answer\s*[:：]?\s*)?[\(\[]?\s*([A-J])\s*[\)\]]?\s*[.。]?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ChoiceAnswer(AnswerKind):
+    r"""The letter a multiple-choice answer chooses (see the module docstring for the forms it reads).
+
+    ``choices`` are the option texts in order (``None``: not known; :meth:`bind` takes them from a run's
+    ``choices`` input); with them, a stated option text counts as its letter and only their letters count.
+    ``letters`` are the letters allowed without options (A to J). Answers compare by letter; a reference may
+    be a letter or an option's text.
+
+    Examples:
+        >>> from scaffold.answers import ChoiceAnswer
+        >>> kind = ChoiceAnswer()
+        >>> kind.extract(r"The ratio is \boxed{0.36}, so the correct option is **(B)**.")
+        'B'
+        >>> kind.extract(r"\boxed{\text{(B) } \sim 0.36}"), kind.extract("Answer: C"), kind.extract("I think it's A.")
+        ('B', 'C', None)
+        >>> mc = ChoiceAnswer(choices=("54", "0.36", "7"))
+        >>> mc.extract(r"So \boxed{0.36}."), mc.correct("B", "0.36"), mc.extract("Answer: (D)")
+        ('B', True, None)
+    """
+
+    choices: tuple[str, ...] | None = None
+    letters: str = LETTERS
+    _options: Mapping[str, str] = field(init=False, repr=False, compare=False, hash=False)
+    _words: Mapping[str, str] = field(init=False, repr=False, compare=False, hash=False)
+
+    name = "choice"
+    inputs = ("choices",)
+
+    def __post_init__(self) -> None:
+        if self.choices is not None:
+            object.__setattr__(self, "choices", tuple(str(c) for c in self.choices))
+            object.__setattr__(self, "letters", LETTERS[: len(self.choices)] if len(self.choices) <= 10
+                               else "".join(chr(ord("A") + i) for i in range(min(len(self.choices), 26))))
+        options = {_plain(text): self.letters[i] for i, text in enumerate(self.choices or ()) if i < len(self.letters)}
+        object.__setattr__(self, "_options", options)
+        words = {" ".join(_PUNCTUATION.sub(" ", _clean(text).lower()).split()): self.letters[i]
+                 for i, text in enumerate(self.choices or ()) if i < len(self.letters)}
+        object.__setattr__(self, "_words", words)
+
+    @property
+    def instruction(self) -> str:
+        return "End with the letter of your choice, as: Answer: X"
+
+    def bind(self, inputs: Mapping[str, Any]) -> ChoiceAnswer:
+        given = inputs.get("choices")
+        if self.choices is not None or not isinstance(given, Sequence) or isinstance(given, str) or not given:
+            return self
+        return ChoiceAnswer(choices=tuple(str(c) for c in given))
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.name, "letters": self.letters}
+
+    def extract(self, text: str) -> str | None:
+        for window in WINDOWS:  # the end first: a choice stated there is the last one stated
+            if window < len(text):
+                found = self._stated(text[-window:])
+                if found is not None:
+                    return found
+        found = self._stated(text)
+        if found is not None:
+            return found
+        lines = [line for line in _clean(text).replace(_BOX, " ").splitlines() if line.strip()]
+        return self._alone(lines)
+
+    def key(self, answer: str) -> str | None:
+        """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
+        return self._as_choice(answer) or self.extract(answer)
+
+    def _stated(self, text: str) -> str | None:
+        """The last choice a text states by a box or a cue, ``None`` when it states none that way."""
+        marked = _clean(text)  # boxes marked by a NUL before their brace
+        clean = marked.replace(_BOX, " ")  # the same length: positions agree
+        best: tuple[int, str] | None = None
+
+        def found(at: int, letter: str | None) -> None:
+            nonlocal best
+            if letter is not None and (best is None or at >= best[0]):
+                best = (at, letter)
+
+        for start, content in _boxes(marked):
+            found(start, self._as_choice(content))
+        for m in _cues(clean):
+            found(m.start(), self._after_cue(clean, m.end()))
+        if _FIRST_HINT.search(clean):
+            for m in _FIRST.finditer(clean):
+                if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
+                    found(m.start(), m.group(1))
+        return None if best is None else best[1]
+
+    def _alone(self, lines: list[str]) -> str | None:
+        """With no box or cue: the last line that is only a choice, a last line that is an option ("(D) 18"), or
+        an option the text names (:meth:`_named_option`)."""
+        for line in reversed(lines):
+            m = _LINE.match(line)
+            if m and m.group(1).upper() in self.letters and (m.group(1).isupper() or "(" in line or ":" in line):
+                return m.group(1).upper()
+        if lines:
+            m = re.fullmatch(r"\s*[\(\[]\s*([A-J])\s*[\)\]]\s*[^()\[\]]{1,80}", lines[-1])
+            if m and m.group(1) in self.letters:
+                return m.group(1)
+        return self._named_option(lines) if self._options and lines else None
+
+    def _named_option(self, lines: list[str]) -> str | None:
+        """With the options known and no choice stated: the one option the text opens with ("No, ..."), else the
+        one option its last sentence names ("... is Tokyo.")."""
+        first = re.match(r"\s*([^,.;:!?\n]{1,60})[,.;:!?]", lines[0])
+        if first is not None and (letter := self._options.get(_plain(first.group(1)))) is not None:
+            return letter
+        sentence = re.split(r"(?<=[.!?。])\s+", lines[-1].strip())[-1]
+        words = f" {_PUNCTUATION.sub(' ', _clean(sentence).lower())} "
+        named = {letter for text, letter in self._words.items() if text and f" {text} " in words}
+        return named.pop() if len(named) == 1 else None
+
+    def _after_cue(self, clean: str, at: int) -> str | None:
+        rest = clean[at: at + 200]
+        m = _AFTER_CUE.match(rest)
+        if m is not None:
+            letter = m.group(1)
+            bracketed = rest[: m.start(1)].strip() != ""
+            if letter.islower() and not bracketed and not _ALONE_LOWER.match(rest):
+                letter = ""  # "the answer is a bit...": a lowercase letter counts only on its own
+            elif letter in "AI" and not bracketed and _NOT_ARTICLE.match(rest[m.start(1):]):
+                letter = ""  # "the answer is A number...", "I'll choose I think"
+            if letter and letter.upper() in self.letters:
+                return letter.upper()
+            if letter:
+                return None
+        if self._options:  # "the answer is 54": an option's text
+            sentence = _SENTENCE_END.split(rest, maxsplit=1)[0]
+            return self._options.get(_plain(sentence))
+        return None
+
+    def _as_choice(self, content: str) -> str | None:
+        """The letter a short answer (a boxed content, a reference) names, ``None`` when it names none."""
+        clean = _clean(content).strip()
+        m = _ONLY_LETTER.fullmatch(clean)
+        if m is None:  # "(A) 54", "A) 54", "B. 0.36", "C: text"
+            m = _LETTER_AND_TEXT.match(clean)
+            letter = (m.group(1) or m.group(2)) if m else None
+        else:
+            letter = m.group(1).upper()
+        if letter is not None:
+            return letter if letter in self.letters else None
+        if self._options:
+            return self._options.get(_plain(clean))
+        return None
+
+
+def _cues(clean: str) -> list[re.Match[str]]:
+    """Every cue of a cleaned text, in order."""
+    low = clean.lower()
+    if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
+        return list(_CUE.finditer(clean))
+    starts = set()
+    for word in _CUE_WORDS:
+        at = low.find(word)
+        while at >= 0:
+            starts.add(at)
+            at = low.find(word, at + 1)
+    out, end = [], -1
+    for at in sorted(starts):
+        if at < end:
+            continue
+        m = _CUE.match(clean, at)
+        if m is not None:
+            out.append(m)
+            end = m.end()
+    return out
+
+
+_BOX = "\x00"
+_WIDE = str.maketrans("（）：［］", "():[]")
+
+
+def _boxes(marked: str) -> list[tuple[int, str]]:
+    """Every box of a cleaned text (:func:`_clean` marks them): where it starts and its content."""
+    out = []
+    at = marked.find(_BOX)
+    while at >= 0:
+        depth, i = 1, at + 2
+        while i < len(marked) and depth:
+            depth += {"{": 1, "}": -1}.get(marked[i], 0)
+            i += 1
+        if depth == 0:
+            out.append((at, marked[at + 2: i - 1]))
+        at = marked.find(_BOX, at + 1)
+    return out
+
+
+def _clean(text: str) -> str:
+    """A text with its markup read through: wrappers unwrapped, emphasis and math delimiters gone, and every
+    ``\\boxed{`` (or ``\\fbox{``) marked as NUL and its brace."""
+    text = _BOXED.sub(_BOX + "{", text.replace(_BOX, " ").translate(_WIDE))
+    previous = None
+    while previous != text:
+        previous, text = text, _WRAPPERS.sub(r"\1", text)
+    return _MARKS.sub("", text)
+
+
+_PUNCTUATION = re.compile(r"[\s.,;:!?'\"()\[\]{}]+|\\sim|\\approx|~|≈")
+
+
+def _plain(text: str) -> str:
+    """An option text for matching: markup gone, lower case, no spaces or punctuation; a plain number its value."""
+    clean = _clean(text).strip().rstrip(".")
+    value = as_number(clean.replace("$", "").replace(" ", ""))
+    if value is not None:
+        return f"#{value}"
+    return _PUNCTUATION.sub("", clean.lower())
+
+
+register_kind("choice", ChoiceAnswer)

@@ -1,0 +1,172 @@
+"""Answer kinds (scaffold.answers): extraction and equivalence of math, integer, choice, text and JSON answers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+import scaffold as sf
+from scaffold.answers import (
+    ChoiceAnswer,
+    IntegerAnswer,
+    JsonAnswer,
+    MathAnswer,
+    TextAnswer,
+    answer_kind,
+    kind_names,
+    normalise_text,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+def corpus() -> list[dict]:
+    """The hand-labelled phrasings of multiple-choice answers: written, and real model outputs (see the .md files)."""
+    rows = []
+    for path in sorted(DATA.glob("choice_phrasings_*.jsonl")):
+        rows += [json.loads(line) | {"file": path.name} for line in path.read_text().splitlines() if line.strip()]
+    return rows
+
+
+def held_out(row: dict) -> bool:
+    """The corpus's split: the fresh set is held out whole; the others by a hash of the text (half each)."""
+    return "fresh" in row["file"] or int(hashlib.sha256(row["text"].encode()).hexdigest(), 16) % 2 == 1
+
+
+def choice_of(row: dict) -> ChoiceAnswer:
+    return ChoiceAnswer(choices=tuple(row["choices"])) if row.get("choices") else ChoiceAnswer()
+
+
+def test_the_corpus_is_large_labelled_and_mostly_real() -> None:
+    rows = corpus()
+    assert len(rows) >= 300
+    assert len({r["text"] for r in rows}) == len(rows)
+    assert all(r["label"] is None or (len(r["label"]) == 1 and r["label"] in "ABCDEFGHIJ") for r in rows)
+    assert sum(r["source"] != "written" for r in rows) >= 150
+    assert 0.3 <= sum(held_out(r) for r in rows) / len(rows) <= 0.7
+
+
+def test_choice_reads_the_development_half_of_the_corpus() -> None:
+    """The half the extractor was developed on: every phrasing but those a reader needs the question for."""
+    rows = [r for r in corpus() if not held_out(r)]
+    wrong = [(r["text"][-120:], r["label"], choice_of(r).extract(r["text"])) for r in rows
+             if choice_of(r).extract(r["text"]) != r["label"]]
+    assert len(wrong) <= 0.01 * len(rows), wrong
+
+
+@pytest.mark.parametrize(("text", "letter"), [
+    (r"The ratio is \boxed{0.36}, so the correct option is **(B)**.", "B"),  # a boxed value, then the choice
+    (r"\boxed{\text{(B) } \sim 0.36}", "B"),
+    (r"Thus \boxed{(A) 54}", "A"),
+    ("the correct option is **(A)**", "A"),
+    ("Answer: C", "C"),
+    ("At first (A), but on reflection the answer is (C).", "C"),  # the last stated choice
+    ("The answer is not (A).", None),
+    ("The answer is a matter of taste.", None),  # an article is not a choice
+    ("答案是 B", "B"),
+])
+def test_choice_reads_the_forms_the_issue_names(text: str, letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
+def test_choice_with_options_reads_option_text_and_refuses_letters_beyond_them() -> None:
+    kind = ChoiceAnswer(choices=("54", "0.36", "72"))
+    assert kind.extract(r"so \boxed{0.36}") == "B"
+    assert kind.extract("The answer is 72.") == "C"
+    assert kind.extract("Answer: (D)") is None  # only three options
+    assert kind.correct("B", "0.36") and kind.correct("(B) 0.36", "B") and not kind.correct("A", "B")
+    assert ChoiceAnswer().bind({"choices": ["x", "y"]}).letters == "AB"
+
+
+@given(st.sampled_from("ABCDEFGHIJ"), st.sampled_from([
+    "The answer is ({})", "Answer: {}", r"\boxed{{{}}}", "**Answer: ({})**", "I'll go with {}.",
+    "Option {} is correct.", "the correct option is **({})**", "Final Answer: The final answer is $\\boxed{{{}}}$",
+]), st.text(alphabet="abcdefghijklmnopqrstuvwxyz .,\n", max_size=200))
+def test_choice_finds_any_letter_stated_after_any_reasoning(letter: str, form: str, reasoning: str) -> None:
+    """Property: reasoning without capital letters or cues, then a stated choice: the choice is read."""
+    assert ChoiceAnswer().extract(reasoning + "\n" + form.format(letter)) == letter
+
+
+@given(st.text(max_size=3000))
+def test_choice_never_raises_and_answers_a_letter_or_none(text: str) -> None:
+    found = ChoiceAnswer().extract(text)
+    assert found is None or found in "ABCDEFGHIJ"
+
+
+def test_the_tail_of_a_long_text_decides() -> None:
+    """A long text is read from its end first; a choice stated only early is still found."""
+    musing = "Let me weigh option (A) against option (B) once more. " * 200
+    assert ChoiceAnswer().extract(musing + "So the answer is (C).") == "C"
+    assert ChoiceAnswer().extract("The answer is (D).\n" + musing) == "D"
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    (r"so \boxed{033}", "33"), ("the total is 1,024 apples", "1024"), (r"\boxed{x = 12}", "12"),
+    (r"\boxed{1\,024}", "1024"), ("it is 12.0", "12"), ("x = 2.5", None), (r"\boxed{-7}", "-7"), ("none", None),
+])
+def test_integer_reads_the_last_integer_the_answer_states(text: str, value: str | None) -> None:
+    assert IntegerAnswer().extract(text) == value
+
+
+def test_integer_equivalence_ignores_leading_zeros_and_separators() -> None:
+    kind = IntegerAnswer()
+    assert kind.same("007", "7") and kind.correct("1,024", "1024") and not kind.same("12", "13")
+
+
+@given(st.integers(min_value=-10**12, max_value=10**12))
+def test_integer_round_trips_any_integer_with_separators(n: int) -> None:
+    assert IntegerAnswer().extract(rf"so \boxed{{{n:,}}}") == str(n)
+
+
+def test_math_is_the_default_and_today_behaviour() -> None:
+    kind = answer_kind()
+    assert isinstance(kind, MathAnswer) and kind.name == "math"
+    assert kind.extract(r"\boxed{\frac{1}{2}}") == sf.extract_boxed(r"\boxed{\frac{1}{2}}")
+    assert kind.same("1/2", "0.5") and not kind.same("1/2", "0.4")
+
+
+def test_text_normalises_case_punctuation_articles_and_spaces() -> None:
+    kind = TextAnswer()
+    assert normalise_text("  The  Eiffel Tower! ") == "eiffel tower"
+    assert kind.same("the eiffel tower", "Eiffel Tower.") and not kind.same("Eiffel Tower", "Tower of London")
+    assert kind.extract("I think...\nFinal answer: **Paris**") == "Paris"
+    assert kind.extract(r"It is \boxed{\text{Paris}}") == r"\text{Paris}" and kind.same(r"\text{Paris}", "paris")
+    assert kind.extract("  Paris, of course. ") == "Paris, of course."
+
+
+class Capital(BaseModel):
+    country: str
+    city: str
+    population: int | None = None
+
+
+def test_json_validates_against_the_schema_and_takes_a_field() -> None:
+    kind = JsonAnswer(Capital, field="city")
+    assert kind.extract('Here:\n```json\n{"country": "France", "city": "Paris"}\n```') == "Paris"
+    assert kind.extract('{"country": "France", "city": "Paris", "population": "many"}') is None  # not an int
+    value, error = kind.parse("no json here")
+    assert value is None and error == "no JSON object found"
+    assert kind.same("Paris", "paris")
+    whole = JsonAnswer(Capital)
+    assert whole.extract('{"city": "Paris", "country": "France"}') == '{"city":"Paris","country":"France",' \
+                                                                      '"population":null}'
+    assert whole.response_format()["json_schema"]["schema"]["required"] == ["country", "city"]
+    assert JsonAnswer().response_format() == {"type": "json_object"}
+
+
+def test_bad_kinds_and_options_are_typed_errors() -> None:
+    with pytest.raises(sf.AnswerKindError, match="unknown answer kind 'choise'; choose one of choice"):
+        answer_kind("choise")
+    with pytest.raises(sf.AnswerKindError, match="does not take these options"):
+        answer_kind("integer", letters="AB")
+    with pytest.raises(sf.AnswerKindError, match="has no field 'capital'"):
+        JsonAnswer(Capital, field="capital")
+    with pytest.raises(sf.AnswerKindError, match="pydantic model class"):
+        JsonAnswer(dict)  # type: ignore[arg-type]
+    assert kind_names() == ["choice", "integer", "json", "math", "text"]
