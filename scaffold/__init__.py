@@ -71,7 +71,7 @@ from scaffold._errors import (
 from scaffold._events import CallStarted, Event, RunFinished, RunStarted, Subscriber, TraceFinished
 from scaffold._graph import Graph, GraphFunction, graph
 from scaffold._graph_map import LocalRunner
-from scaffold._judge import JUDGE_SAME_PROMPT, Judge, judge
+from scaffold._judge import JUDGE_SAME_PROMPT, Judge, Similar, judge, similar
 from scaffold._limits import InFlightLimit, RateLimit
 from scaffold._messages import assistant_message, tool_message
 from scaffold._nodes import Node, Quorum, RuleOutput
@@ -152,6 +152,8 @@ __all__ = [
     "vote",
     "judge",
     "Judge",
+    "similar",
+    "Similar",
     "JUDGE_SAME_PROMPT",
     "weighted_vote",
     "best_of",

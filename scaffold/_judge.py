@@ -1,4 +1,5 @@
-"""Judged equivalence: a model decides whether two answers mean the same, so a vote can cluster free text.
+"""Judged and embedding equivalence: a model decides whether two answers mean the same (or their embeddings are
+close), so a vote can cluster free text.
 
 ``sf.vote(items, equivalence=sf.judge(model="judge"))`` groups answers the run's answer kind calls equal without
 a call, then compares each new answer with one representative of each cluster (largest first) until the judge
@@ -104,3 +105,39 @@ def judge(model: str, *, prompt: str | None = None, params: Mapping[str, Any] | 
     if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
         raise GraphDefinitionError(f"sf.judge(max_calls=...) is a count of calls (0 or more), got {max_calls!r}")
     return Judge(model, prompt, dict({"temperature": 0.0} if params is None else params), max_calls)
+
+
+@dataclass(frozen=True)
+class Similar:
+    """An equivalence by embedding similarity (made by :func:`similar`), for ``sf.vote(..., equivalence=...)``."""
+
+    model: str
+    threshold: float = 0.9
+
+
+def similar(model: str, *, threshold: float = 0.9) -> Similar:
+    """An equivalence by embedding similarity: two answers are the same when the cosine of their embeddings is at
+    least ``threshold``. ``model`` is an alias whose backend gives embeddings (``embed(texts)``: an
+    OpenAI-compatible server's ``/embeddings``, :class:`~scaffold.OpenAIBackend`). A vote embeds its distinct answers
+    in one call (recorded as a model trace of the vote reading the answers' traces; a resumed run embeds again) and
+    clusters them greedily: each joins the largest cluster whose first answer is similar enough.
+
+    Examples:
+        >>> import scaffold as sf
+        >>> from scaffold.testing import ScriptedBackend
+        >>> @sf.graph
+        ... def sc(problem):
+        ...     return sf.vote(sf.sample("{problem}", model="m", n=3), equivalence=sf.similar(model="e"))
+        >>> texts = iter(["Paris, France", "france: paris", "Lyon"])
+        >>> embedder = ScriptedBackend(lambda r: "", embed=lambda t: [1.0, 0.0] if "aris" in t else [0.0, 1.0])
+        >>> result = sc.run_sync({"problem": "?"}, models={"m": ScriptedBackend(lambda r: next(texts)), "e": embedder},
+        ...                      answer_kind="text", store=None)
+        >>> result.output.metadata["counts"]
+        [['Paris, France', 2.0, 2], ['Lyon', 1.0, 1]]
+    """
+    if not isinstance(model, str) or not model:
+        raise GraphDefinitionError(f"sf.similar(model=...) takes a model alias string such as 'embedder', got "
+                                   f"{model!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0:
+        raise GraphDefinitionError(f"sf.similar(threshold=...) is a cosine between -1 and 1, got {threshold!r}")
+    return Similar(model, float(threshold))

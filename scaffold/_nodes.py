@@ -222,6 +222,10 @@ class JudgedVoteNode(SetNode):
     variables: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
     """Template variable -> ``("input", name)`` or ``("const", value)``, as a call node's."""
     max_calls: int | None = None
+    method: str = "judge"
+    """``"judge"``: a model judges pairs; ``"embed"``: answers cluster by the cosine of their embeddings."""
+    threshold: float = 0.9
+    """The cosine at which two answers are the same (``method="embed"``)."""
     kind = "judged_vote"
 
     def size_given(self, sizes: Mapping[int, int | None], inputs: Mapping[str, int]) -> int | None:
@@ -230,6 +234,8 @@ class JudgedVoteNode(SetNode):
     def calls(self, sizes: Mapping[int, int | None]) -> int:
         """At most one call per pair of members (fewer in practice: one per cluster a new answer is compared
         with), and at most ``max_calls``."""
+        if self.method == "embed":
+            return 1  # one call embeds every distinct answer
         members = sizes[self.items.id] if self.items is not None else None
         if members is None:
             raise GraphDefinitionError(f"node {self.name!r} reads a set whose size is only known at run time")

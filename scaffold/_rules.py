@@ -15,7 +15,7 @@ from typing import Any
 from scaffold._answers import Equivalence, Extractor, equivalent
 from scaffold._builder import current_builder
 from scaffold._errors import EmptySetError, GraphDefinitionError, SubsetSizeError
-from scaffold._judge import Judge
+from scaffold._judge import Judge, Similar
 from scaffold._nodes import (
     ConcatNode,
     JudgedVoteNode,
@@ -125,7 +125,7 @@ def _rule(what: str, items: SetLike, fn: Callable[..., Any], name: str | None, o
 def vote(
     items: SetLike,
     *,
-    equivalence: Equivalence | AnswerKind | Judge | str | None = None,
+    equivalence: Equivalence | AnswerKind | Judge | Similar | str | None = None,
     name: str | None = None,
     on_error: OnError = "raise",
 ) -> Node:
@@ -133,10 +133,10 @@ def vote(
     equivalence by default (``"1/2"`` is ``"0.5"``).
 
     ``equivalence`` fixes the vote's own: a function of two answers (``same(a, b) -> bool``), an answer kind
-    or a kind's name (``"text"``: normalised exact match), or :func:`scaffold.judge` (a model decides, its
-    judgments recorded; ``metadata["judge_calls"]`` counts them). The output trace carries the winning answer, the text
-    of the first member that gave it, and ``metadata["counts"]`` (``[answer, votes, members]`` per cluster, best
-    first) and ``["share"]``.
+    or a kind's name (``"text"``: normalised exact match), :func:`scaffold.judge` (a model decides, its
+    judgments recorded; ``metadata["judge_calls"]`` counts them) or :func:`scaffold.similar` (embeddings).
+    The output trace carries the winning answer, the text of the first member that gave it, and
+    ``metadata["counts"]`` (``[answer, votes, members]`` per cluster, best first) and ``["share"]``.
 
     Examples:
         >>> import scaffold as sf
@@ -147,14 +147,14 @@ def vote(
         >>> r.answer, r.output.metadata["share"]
         ('1/2', 0.6666666666666666)
     """
-    if isinstance(equivalence, Judge):
+    if isinstance(equivalence, (Judge, Similar)):
         return _judged_vote(items, equivalence, name, on_error)
     fn, by_run = _by_kind(lambda ts, same: _vote_output(ts, None, same), _equivalence(equivalence, "vote"))
     return _rule("vote", items, fn, name, on_error, pass_answers=by_run)
 
 
-def _judged_vote(items: SetLike, judge: Judge, name: str | None, on_error: OnError) -> Node:
-    """A vote whose clusters ``judge``'s model decides (:mod:`scaffold._judge`)."""
+def _judged_vote(items: SetLike, judge: Judge | Similar, name: str | None, on_error: OnError) -> Node:
+    """A vote whose clusters ``judge``'s model decides, or its embeddings (:mod:`scaffold._judge`)."""
     node = as_set(items, what="vote")
     builder = current_builder("vote")
     if node.size == 0:
@@ -163,6 +163,9 @@ def _judged_vote(items: SetLike, judge: Judge, name: str | None, on_error: OnErr
     if isinstance(policy, Quorum) and policy.k > 1:
         raise SubsetSizeError(f"sf.vote() makes one trace; a quorum of {policy.k} can never be met")
     node_name = builder.unique_name(name or "vote")
+    if isinstance(judge, Similar):
+        return builder.add(JudgedVoteNode(name=node_name, size=1, single=True, on_error=policy, items=node,
+                                          alias=judge.model, method="embed", threshold=judge.threshold))
     template = judge.template(builder.available_vars())
     variables = resolve_variables(builder, [template], {"first", "second"}, f"judge prompt of {node_name!r}")
     return builder.add(JudgedVoteNode(name=node_name, size=1, single=True, on_error=policy, items=node,

@@ -122,3 +122,48 @@ def test_the_judge_prompt_has_the_question_when_the_graph_has_one() -> None:
     _, _, judge = run()
     assert judge.requests[0].last_content.startswith("Question:\nWhich city?")
     assert judge.requests[0].params.get("temperature") == 0.0
+
+
+def test_a_similarity_vote_over_real_http_embeds_once_and_clusters_by_cosine(tmp_path) -> None:
+    """sf.similar against the test server's /v1/embeddings (bag-of-words vectors): answers with the same words
+    cluster, the embedding call is one recorded trace reading the distinct answers."""
+    from scaffold.testing import OpenAIServer
+
+    @sf.graph
+    def by_embedding(problem):
+        return sf.vote(sf.sample("{problem}", model="m", n=5), equivalence=sf.similar(model="e", threshold=0.8))
+
+    answers = iter(["Answer: Paris France", "Answer: france, paris!", "Answer: Lyon", "Answer: PARIS FRANCE",
+                    "Answer: Lyon"])
+    store = sf.Store(tmp_path / "runs.db")
+    with OpenAIServer() as server:
+        embedder = sf.OpenAIBackend("embedder", base_url=server.base_url)
+        result = by_embedding.run_sync({"problem": "?"}, models={"m": ScriptedBackend(lambda r: next(answers)),
+                                                                 "e": embedder},
+                                       answer_kind="text", store=store, run_id="sim-1")
+    assert result.output.metadata["counts"] == [["Paris France", 3.0, 3], ["Lyon", 2.0, 2]]
+    assert result.output.metadata["judge_calls"] == 1
+    store.flush()
+    embedded = [t for t in store.traces("sim-1") if t.node == "vote" and t.kind is sf.TraceKind.MODEL]
+    assert len(embedded) == 1 and len(embedded[0].inputs) == 3  # the distinct answers: paris france, france paris, lyon
+    assert by_embedding.build().count_calls() == {"m": 5, "e": 1}
+    store.close()
+
+
+def test_a_similarity_vote_needs_a_backend_that_embeds() -> None:
+    @sf.graph
+    def by_embedding(problem):
+        return sf.vote(sf.sample("{problem}", model="m", n=2), equivalence=sf.similar(model="e"))
+
+    with pytest.raises(sf.RunError, match="gives no embeddings"):
+        by_embedding.run_sync({"problem": "?"}, models={"m": ScriptedBackend(lambda r: "Answer: x"),
+                                                        "e": sf.Model(_NoEmbed())}, answer_kind="text", store=None)
+    with pytest.raises(sf.GraphDefinitionError, match="a cosine between -1 and 1"):
+        sf.similar(model="e", threshold=2)
+
+
+class _NoEmbed:
+    capabilities = sf.Capabilities()
+
+    async def complete(self, request: Any) -> list[sf.Completion]:
+        return [sf.Completion(text="x")] * request.n

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scaffold._call import index_seed, node_seed
-from scaffold._errors import EmptyInputError, InputError
+from scaffold._errors import EmptyInputError, InputError, RunError
 from scaffold._judge import verdict
 from scaffold._kinds.registry import expands, members, when_ready
 from scaffold._nodes import JudgedVoteNode
@@ -94,6 +95,9 @@ class _Judging:
 
 
 async def _vote(run: RunContext, node: JudgedVoteNode, read: list[Trace], out: Slot) -> None:
+    if node.method == "embed":
+        await _similar_vote(run, node, read, out)
+        return
     try:
         judging = _Judging(run, node)
         key = run.answers.key
@@ -153,3 +157,58 @@ def _variables(run: RunContext, node: JudgedVoteNode) -> dict[str, Any]:
         else:
             values[var] = value
     return values
+
+
+async def _similar_vote(run: RunContext, node: JudgedVoteNode, read: list[Trace], out: Slot) -> None:
+    """Cluster by the cosine of the distinct answers' embeddings (one call), greedily, largest cluster first."""
+    try:
+        backend = run.model(node.alias or "").backend
+        embed = getattr(backend, "embed", None)
+        if embed is None:
+            raise RunError(f"node {node.name!r}: the backend of alias {node.alias!r} ({type(backend).__name__}) gives "
+                           f"no embeddings; sf.similar needs one with embed(texts), such as an OpenAI-compatible "
+                           f"server's")
+        key = run.answers.key
+        firsts: dict[str, Trace] = {}
+        for trace in read:
+            if trace.answer is not None:
+                firsts.setdefault(key(trace.answer) or trace.answer, trace)
+        distinct = list(firsts.values())
+        started, t0 = time.time(), time.perf_counter()
+        vectors = [_unit(v) for v in await embed([t.answer or "" for t in distinct])] if distinct else []
+        if distinct:
+            run.record(Trace(
+                id=f"{run.run_id}/{node.name}#0.0", run_id=run.run_id, node=node.name, index=0, kind=TraceKind.MODEL,
+                model=node.alias, text=f"{len(distinct)} answers embedded", latency=time.perf_counter() - t0,
+                started_at=started, inputs=tuple(t.id for t in distinct),
+                metadata={"embeddings": len(vectors), "dimensions": len(vectors[0]) if vectors else 0,
+                          "threshold": node.threshold}))
+        where: dict[str, int] = {}
+        clusters: list[tuple[Trace, list[Trace]]] = []
+        heads: list[list[float]] = []
+        for trace, vector in zip(distinct, vectors):
+            chosen = None
+            for i in sorted(range(len(clusters)), key=lambda c: -len(clusters[c][1])):
+                if sum(a * b for a, b in zip(heads[i], vector)) >= node.threshold:
+                    chosen = i
+                    break
+            if chosen is None:
+                chosen = len(clusters)
+                clusters.append((trace, []))
+                heads.append(vector)
+            where[key(trace.answer or "") or (trace.answer or "")] = chosen
+        for trace in read:
+            if trace.answer is not None:
+                clusters[where[key(trace.answer) or trace.answer]][1].append(trace)
+        run.finish(out, _output(run, node, read, clusters, 1 if distinct else 0))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        run.node_failed(node, [out], 0, exc)
+    finally:
+        run.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+
+def _unit(vector: Sequence[float]) -> list[float]:
+    norm = sum(x * x for x in vector) ** 0.5 or 1.0
+    return [x / norm for x in vector]

@@ -67,6 +67,7 @@ _FIRST = re.compile(
 """A letter that says it is the answer: "(D) is the correct answer", "Option C is correct" (the letter must not
 end a word: checked where it matches, which lets the regex scan for its first character fast)."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
+_BOLD_OPTION = re.compile(r"\*\*\(?([A-J])[.)]\s+[^*\n]{1,120}\*\*")
 _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
 _ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
                           re.IGNORECASE)
@@ -143,7 +144,7 @@ class ChoiceAnswer(AnswerKind):
         if found is not None:
             return found
         lines = [line for line in _clean(text).replace(_BOX, " ").splitlines() if line.strip()]
-        return self._alone(lines)
+        return self._alone(lines) or self._bold_option(text)
 
     def key(self, answer: str) -> str | None:
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
@@ -183,16 +184,24 @@ class ChoiceAnswer(AnswerKind):
                 return m.group(1)
         return self._named_option(lines) if self._options and lines else None
 
+    def _bold_option(self, text: str) -> str | None:
+        """An option set in bold near the end, letter and text: "The compound is **D. ethyl 4-aminobenzoate**."."""
+        found = _BOLD_OPTION.findall(text[-400:])
+        return found[-1] if found and found[-1] in self.letters else None
+
     def _named_option(self, lines: list[str]) -> str | None:
         """With the options known and no choice stated: the one option the text opens with ("No, ..."), else the
-        one option its last sentence names ("... is Tokyo.")."""
+        one option the last sentence that names any names ("... is Tokyo."), among the last line's last three."""
         first = re.match(r"\s*([^,.;:!?\n]{1,60})[,.;:!?]", lines[0])
         if first is not None and (letter := self._options.get(_plain(first.group(1)))) is not None:
             return letter
-        sentence = re.split(r"(?<=[.!?。])\s+", lines[-1].strip())[-1]
-        words = f" {_PUNCTUATION.sub(' ', _clean(sentence).lower())} "
-        named = {letter for text, letter in self._words.items() if text and f" {text} " in words}
-        return named.pop() if len(named) == 1 else None
+        sentences = [part for part in re.split(r"(?<=[.!?。])\s+", lines[-1].strip()) if part.strip()]
+        for sentence in reversed(sentences[-3:]):  # the last sentences that name an option ("... So" ends some)
+            words = f" {_PUNCTUATION.sub(' ', _clean(sentence).lower())} "
+            named = {letter for text, letter in self._words.items() if text and f" {text} " in words}
+            if named:
+                return named.pop() if len(named) == 1 else None
+        return None
 
     def _after_cue(self, clean: str, at: int) -> str | None:
         rest = clean[at: at + 200]

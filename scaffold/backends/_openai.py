@@ -32,7 +32,7 @@ import asyncio
 import json
 import os
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from scaffold._errors import AuthenticationError, BackendError, BadRequestError, ServerError
@@ -252,6 +252,32 @@ class OpenAIBackend:
         except Exception as exc:
             error = ServerError(f"{self.model}: could not read the answer: {type(exc).__name__}: {exc}")
         raise self._redacted(error)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """The embeddings of ``texts`` from the server's ``/embeddings`` (one vector per text, in order); any failure
+        is a typed :class:`~scaffold._errors.BackendError`."""
+        body = json.dumps({"model": self.model, "input": list(texts)}).encode()
+        session = self._session()
+        error: BackendError | None = None
+        try:
+            async with session.post(self.base_url + "/embeddings", data=body, headers=None) as response:
+                raw = await response.read()
+                if response.status >= 400:
+                    error = error_for_status(response.status, response.headers, raw, self.model)
+                else:
+                    answer = json.loads(raw)
+        except Exception as exc:
+            error = transport_error(exc, self.model)
+        if error is not None:
+            raise self._redacted(error)
+        try:
+            rows = sorted(answer["data"], key=lambda row: row.get("index", 0))
+            vectors = [[float(x) for x in row["embedding"]] for row in rows]
+        except Exception as exc:
+            raise self._redacted(ServerError(f"{self.model}: could not read the embeddings: {exc}")) from None
+        if len(vectors) != len(texts):
+            raise self._redacted(ServerError(f"{self.model} returned {len(vectors)} embeddings for {len(texts)} texts"))
+        return vectors
 
     async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
         """Stream ``request``: :class:`~scaffold._types.Delta` records as they arrive, then one ``Finished``."""

@@ -316,3 +316,39 @@ def _choice(request: ServerRequest, index: int, tokens: tuple[str, ...], finish:
     if with_ids:
         choice["token_ids"] = [fake_token_id(token) for token in tokens]
     return choice
+
+
+EMBEDDING_SIZE = 64
+"""Dimensions of the test server's fake embeddings."""
+
+
+def fake_embedding(text: str) -> list[float]:
+    """A deterministic unit vector for ``text``: its lower-case words hashed into :data:`EMBEDDING_SIZE` buckets, so
+    texts with the same words (in any order, case or punctuation) have the same vector and shared words raise the
+    cosine. Not a semantic embedding: paraphrases with other words are far apart.
+
+    Examples:
+        >>> fake_embedding("Paris, France") == fake_embedding("france paris")
+        True
+    """
+    vector = [0.0] * EMBEDDING_SIZE
+    for word in re.findall(r"\w+", text.lower()):
+        vector[zlib.crc32(word.encode()) % EMBEDDING_SIZE] += 1.0
+    norm = sum(x * x for x in vector) ** 0.5 or 1.0
+    return [x / norm for x in vector]
+
+
+def embeddings_answer(body: bytes, model_name: str) -> dict[str, Any]:
+    """The answer of ``POST /v1/embeddings`` (:func:`fake_embedding` per input); a malformed body is a 400."""
+    try:
+        data = json.loads(body)
+        given = data["input"]
+    except (ValueError, KeyError, TypeError):
+        raise Refusal(error_response(400, "the body needs an `input` (a string or a list of strings)")) from None
+    texts = [given] if isinstance(given, str) else given
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise Refusal(error_response(400, "`input` must be a string or a list of strings"))
+    tokens = sum(len(re.findall(r"\w+|[^\w\s]", t)) for t in texts)
+    return {"object": "list", "model": data.get("model") or model_name,
+            "data": [{"object": "embedding", "index": i, "embedding": fake_embedding(t)} for i, t in enumerate(texts)],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

@@ -24,7 +24,8 @@ class ScriptedBackend:
 
     ``delay`` (seconds, or a function of the request) makes every call that slow;
     ``supports_n`` makes sibling samples arrive as one request; ``json_schema`` makes it a backend that takes a
-    ``response_format`` (a JSON answer kind then sends one: see ``request.params``).
+    ``response_format`` (a JSON answer kind then sends one: see ``request.params``); ``embed`` (a function of a text
+    to a vector) gives it :meth:`embed`, for similarity votes (``sf.similar``).
 
     Examples:
         >>> import asyncio
@@ -46,17 +47,30 @@ class ScriptedBackend:
         max_n: int | None = None,
         default: Reply | None = None,
         json_schema: bool = False,
+        embed: Callable[[str], Sequence[float]] | None = None,
     ) -> None:
         self.script = script
+        self._embed = embed
         self.delay = delay
         self.default = default
         self.capabilities = Capabilities(supports_n=supports_n, max_n=max_n, json_schema=json_schema)
         self.requests: list[Request] = []
         """Every request received, in arrival order."""
+        self.embedded: list[str] = []
+        """Every text embedded (``embed``), in order."""
         self.in_flight = 0
         self.peak_in_flight = 0
         """Largest number of requests in flight at once (measured, not configured)."""
         self._turns: dict[str, int] = {}
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """The vectors ``embed`` (given to the constructor) makes of ``texts``; each text counts in
+        :attr:`embedded`. ``NotImplementedError`` when none was given."""
+        if self._embed is None:
+            raise NotImplementedError("this ScriptedBackend was given no embed= function")
+        self.embedded.extend(texts)
+        await asyncio.sleep(0)
+        return [[float(x) for x in self._embed(text)] for text in texts]
 
     @property
     def calls(self) -> int:

@@ -5,7 +5,8 @@ bodies, JSON answers) for ``httpx``, ``openai`` and ``litellm`` to talk to it as
 OpenAI or vLLM. It runs its own event loop in a background thread, so sync code and tests with
 their own event loop can both use it. Standard library only.
 
-It serves ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models`` and
+It serves ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings`` (deterministic
+bag-of-words vectors, :func:`~scaffold.testing._fake_answers.fake_embedding`), ``GET /v1/models`` and
 ``GET /health``. Each choice's text comes from ``policy``; the server then applies ``stop`` and
 ``max_tokens`` and adds usage, logprobs (``logprobs``) and vLLM's token ids (``return_token_ids``).
 With ``stream: true`` the answer is server-sent events over chunked transfer encoding, one token per
@@ -64,6 +65,7 @@ from scaffold.testing._fake_answers import (
     check_api_key,
     check_context,
     completion_body,
+    embeddings_answer,
     error_response,
     fake_logprob,
     fake_token_id,
@@ -346,11 +348,20 @@ class OpenAIServer:
                     self._status_counts[status] += 1
         return response
 
+    def _plain(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> HTTPResponse:
+        """``/health``, and ``/v1/embeddings`` (no faults, no rate limit)."""
+        if path == "/health":
+            return json_response(200, {"status": "ok"})
+        if method != "POST":
+            raise Refusal(error_response(405, f"Method {method} not allowed on {path}", code="method_not_allowed"))
+        check_api_key(headers, self.api_key)
+        return json_response(200, embeddings_answer(body, self.model_name))
+
     async def _route(
         self, generation: int, number: int, method: str, path: str, headers: Mapping[str, str], body: bytes
     ) -> HTTPResponse | StreamedResponse | None:
-        if path == "/health":
-            return json_response(200, {"status": "ok"})
+        if path in ("/health", "/v1/embeddings"):
+            return self._plain(method, path, headers, body)
         endpoint = _ENDPOINTS.get(path)
         if endpoint is None and path != "/v1/models":
             raise Refusal(error_response(404, f"Unknown path {path}", code="not_found"))
