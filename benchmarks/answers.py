@@ -5,9 +5,9 @@ Measures, printing each figure beside its baseline from the same run:
 
 - ``choice_accuracy``: the choice kind's accuracy on the held-out part of the corpus of multiple-choice phrasings
   (``tests/data/choice_phrasings_*.jsonl``: real model outputs from public repositories and threads, and phrasings
-  written for it, every one labelled by hand). Held out: the ``fresh`` set (collected after the extractor was
-  written, without reading it) and the half of the others a hash of the text picks. Also printed: the
-  development half, each file, and the fresh set alone. Baseline: ``\\boxed{}`` extraction, the default before
+  written for it, every one labelled by hand). Held out: the ``fresh`` and ``blind`` sets (each collected after
+  the extractor was written, without reading it) and the half of the others a hash of the text picks. Also
+  printed: the development half and each file. Baseline: ``\\boxed{}`` extraction, the default before
   answer kinds (a boxed letter is the only form it reads).
 - ``math_regression``: answers that differ between the default (math) kind and the extractor and equivalence
   that came before kinds (``extract_boxed``, ``equivalent``), over every reference solution of the shipped

@@ -35,7 +35,7 @@ def corpus() -> list[dict]:
 
 
 def held_out(row: dict) -> bool:
-    """The corpus's split: the fresh set is held out whole; the others by a hash of the text (half each)."""
+    """The corpus's split: the fresh and blind sets are held out whole; the others by a hash of the text (half)."""
     if any(name in row["file"] for name in ("fresh", "blind")):  # collected blind, held out whole
         return True
     return int(hashlib.sha256(row["text"].encode()).hexdigest(), 16) % 2 == 1
@@ -51,7 +51,7 @@ def test_the_corpus_is_large_labelled_and_mostly_real() -> None:
     assert len({r["text"] for r in rows}) == len(rows)
     assert all(r["label"] is None or (len(r["label"]) == 1 and r["label"] in "ABCDEFGHIJ") for r in rows)
     assert sum(r["source"] != "written" for r in rows) >= 150
-    assert 0.3 <= sum(held_out(r) for r in rows) / len(rows) <= 0.7
+    assert sum(held_out(r) for r in rows) / len(rows) >= 0.5  # at least half held out
 
 
 def test_choice_reads_the_development_half_of_the_corpus() -> None:

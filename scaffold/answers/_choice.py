@@ -37,8 +37,8 @@ _WRAPPERS = re.compile(r"\\(?:text|textbf|textit|texttt|mathrm|mathbf|mathit|mat
 _MARKS = re.compile(r"\*\*|__|\\\(|\\\)|\\\[|\\\]|\$|`|\\displaystyle|\\left|\\right|\\quad|\\qquad|\\;|\\,|\\!")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _LETTER = r"[\(\[\{]?\s*([A-Ja-j])\s*[\)\]\}]?"
-_AFTER = r"(?=$|[\s.,;:!?)\]}'\"。，；：！？）]|\s*[-–—]|\d+\s*$)"
-_NOT_ARTICLE = re.compile(r"[Aa]\s+(?!is\b|are\b|was\b|and\b|or\b|because\b|since\b|as\b|with\b|for\b)[a-z]"
+_AFTER = r"(?=$|[\s.,;:!?)\]}'\"。，；：！？）<\u3000-\u9fff]|\s*[-–—]|\d+\s*$)"
+_NOT_ARTICLE = re.compile(r"[Aa][ \t]+(?!is\b|are\b|was\b|and\b|or\b|because\b|since\b|as\b|with\b|for\b)[a-z]"
                           r"|I\s+(?:think|believe|would|will|am|guess|feel|choose|pick|select|go|can|must|should|"
                           r"need|have|had|do|did|'m|'d|'ll)\b")
 _CUE = re.compile(
@@ -55,7 +55,8 @@ _CUE = re.compile(
     r"(?:choose|pick|select|go\s+with|opt\s+for)"
     r"|\b(?:therefore|thus|hence|so),?\s+(?:the\s+answer\s+is\s+)?"
     r"(?=(?:(?:option|choice)\s*)?[\(\[]?[A-J][\)\]]?\s*(?:$|[.\n]))"
-    r"|答案\s*(?:是|为|應為|应为|应该是|:|：)?|(?:正确|对应|對應)?选项\s*(?:是|为|:|：)?|(?:故|所以|因此|应|應)?选(?:择)?"
+    r"|[\[【]?(?:正确|最终)?答案[\]】]?\s*(?:是|为|應為|应为|应该是|:|：)?\s*(?:选(?:择)?)?"
+    r"|(?:正确|对应|對應)选项\s*(?:是|为|:|：)?|选项\s*(?:是|为)|(?:(?<=[故应應])|(?<=所以|因此)|\A)选(?:择)?(?!项)"
     r")"
     r"\s*[:：=]?\s*(?:is\s+)?(?:(?:option|choice|letter|sentence|statement|number)\s*[:：]?\s*)?",
     re.IGNORECASE,
@@ -72,7 +73,14 @@ _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
 _ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
                           re.IGNORECASE)
 _LETTER_AND_TEXT = re.compile(r"(?:[\(\[]\s*([A-J])\s*[\)\]]|([A-J])\s*[).:])\s*\S")
-_ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.)\n])")
+_ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.):：\n])")
+_CJK_RIGHT = re.compile(r"(?:选项\s*([A-J])|([A-J])\s*选项)\s*(?:是|为)?\s*(?:正确|對|对)(?!与否)")
+"""A Chinese statement that an option is right: "选项A正确", "A选项是正确的"."""
+_LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|\s*\(|\s*\n|\s*$)", re.IGNORECASE)
+"""A text that opens with its choice, answer first: "c (retinal photocoagulation)", "b. add heparin", "d\n..."."""
+_DENIED = re.compile(r"\b(?:not|n't|no|wrong|incorrect|false|eliminate[sd]?|rule[sd]? out|except)\b|不|错误|非",
+                     re.IGNORECASE)
+_BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
 _FIRST_HINT = re.compile(r"correct|right|best|true|accurate|answer", re.IGNORECASE)
 _CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选")
@@ -143,8 +151,9 @@ class ChoiceAnswer(AnswerKind):
         found = self._stated(text)
         if found is not None:
             return found
-        lines = [line for line in _clean(text).replace(_BOX, " ").splitlines() if line.strip()]
-        return self._alone(lines) or self._bold_option(text)
+        clean = _clean(text).replace(_BOX, " ")
+        lines = [line for line in clean.splitlines() if line.strip()]
+        return self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines) or self._leading(clean)
 
     def key(self, answer: str) -> str | None:
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
@@ -165,6 +174,9 @@ class ChoiceAnswer(AnswerKind):
             found(start, self._as_choice(content))
         for m in _cues(clean):
             found(m.start(), self._after_cue(clean, m.end()))
+        for m in _CJK_RIGHT.finditer(clean):
+            letter = m.group(1) or m.group(2)
+            found(m.start(), letter if letter in self.letters else None)
         if _FIRST_HINT.search(clean):
             for m in _FIRST.finditer(clean):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
@@ -183,6 +195,24 @@ class ChoiceAnswer(AnswerKind):
             if m and m.group(1) in self.letters:
                 return m.group(1)
         return self._named_option(lines) if self._options and lines else None
+
+    def _last_bracketed(self, lines: list[str]) -> str | None:
+        """The one bracketed letter of the text's last sentence: "... so it takes 10 days. (C)", "... is (B) I."."""
+        if not lines:
+            return None
+        sentences = [part for part in re.split(r"(?<=[.!?。])\s+(?=\S)", lines[-1].strip()) if part.strip()]
+        tail = sentences[-1] if sentences else lines[-1]
+        if len(tail) < 4 and len(sentences) > 1:  # "(C)." alone: with the sentence before it
+            tail = sentences[-2] + " " + tail
+        if _DENIED.search(tail):  # "The answer is not (A).", "(B) is wrong."
+            return None
+        letters = {m.upper() for m in _BRACKETED.findall(tail)}
+        return letters.pop() if len(letters) == 1 and next(iter(letters)) in self.letters else None
+
+    def _leading(self, clean: str) -> str | None:
+        """The choice a text opens with, when it states none later: "c (retinal photocoagulation)"."""
+        m = _LEADING.match(clean)
+        return m.group(1).upper() if m and m.group(1).upper() in self.letters else None
 
     def _bold_option(self, text: str) -> str | None:
         """An option set in bold near the end, letter and text: "The compound is **D. ethyl 4-aminobenzoate**."."""
@@ -261,7 +291,7 @@ def _cues(clean: str) -> list[re.Match[str]]:
 
 
 _BOX = "\x00"
-_WIDE = str.maketrans("（）：［］", "():[]")
+_WIDE = str.maketrans("（）：［］【】", "():[][]")
 
 
 def _boxes(marked: str) -> list[tuple[int, str]]:
