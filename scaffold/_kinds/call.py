@@ -141,15 +141,21 @@ def _constants(run: RunContext, node: CallNode) -> tuple[dict[str, Any], int]:
     call seed (both computed once per run)."""
     constants: tuple[dict[str, Any], int] | None = run.memo.get(node.id)
     if constants is None:
-        values = {}
-        for var, (source, value) in node.variables.items():
-            if source == "input":
-                if value not in run.inputs:
-                    raise InputError(f"node {node.name!r} needs input {value!r}, which the run was not given")
-                values[var] = run.inputs[value]
-            elif source == "answer_format":
-                values[var] = run.answers_for(node).instruction
-            else:
-                values[var] = value
-        constants = run.memo[node.id] = (values, node_seed(run.seed, node.name))
+        constants = run.memo[node.id] = (template_values(run, node), node_seed(run.seed, node.name))
     return constants
+
+
+def template_values(run: RunContext, node: Any) -> dict[str, Any]:
+    """The values of ``node.variables`` in this run: graph inputs, constants, and ``{answer_format}`` (the node's
+    answer kind's instruction)."""
+    values = {}
+    for var, (source, value) in node.variables.items():
+        if source == "input":
+            if value not in run.inputs:
+                raise InputError(f"node {node.name!r} needs input {value!r}, which the run was not given")
+            values[var] = run.inputs[value]
+        elif source == "answer_format":
+            values[var] = run.answers_for(node).instruction
+        else:
+            values[var] = value
+    return values

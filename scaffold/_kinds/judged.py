@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scaffold._call import index_seed, node_seed
-from scaffold._errors import EmptyInputError, InputError, RunError
+from scaffold._errors import EmptyInputError, RunError
 from scaffold._judge import verdict
+from scaffold._kinds.call import template_values
 from scaffold._kinds.registry import expands, members, when_ready
 from scaffold._nodes import JudgedVoteNode
 from scaffold._types import Request, Trace, TraceKind, record_maker
@@ -53,7 +54,7 @@ class _Judging:
         self.send = run.sender(node.alias or "")
         self.model_name = model.name
         self.params = {**model.params, **run.call_params, **node.params}
-        self.values = _variables(run, node)
+        self.values = template_values(run, node)
         self.seed = node_seed(run.seed, f"{node.name}@judge")
         self.calls = 0
         self.judged: dict[frozenset[str], bool] = {}
@@ -143,20 +144,6 @@ def _output(run: RunContext, node: JudgedVoteNode, read: list[Trace], clusters: 
         metadata["winner"] = winner[1][0].id
     return Trace(id=f"{run.run_id}/{node.name}#0", run_id=run.run_id, node=node.name, index=0, kind=TraceKind.RULE,
                  text=text, answer=answer, inputs=tuple(t.id for t in read), started_at=time.time(), metadata=metadata)
-
-
-def _variables(run: RunContext, node: JudgedVoteNode) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for var, (source, value) in node.variables.items():
-        if source == "input":
-            if value not in run.inputs:
-                raise InputError(f"node {node.name!r} needs input {value!r}, which the run was not given")
-            values[var] = run.inputs[value]
-        elif source == "answer_format":
-            values[var] = run.answers.instruction
-        else:
-            values[var] = value
-    return values
 
 
 async def _similar_vote(run: RunContext, node: JudgedVoteNode, read: list[Trace], out: Slot) -> None:
