@@ -44,9 +44,10 @@ def main() -> None:
 
     with OpenAIServer(policy=stand_in_api) as server, tempfile.TemporaryDirectory() as scratch:
         server.inject(Fault.rate_limit(retry_after=0.2))  # the stand-in "API" refuses once; the retry recovers
-        # the stand-in answers as "gpt-4o-mini", so its calls are priced from litellm's price map
+        # the stand-in plays OpenAI's gpt-4o-mini: price_by_name says to price it from litellm's price map (a
+        # server of one's own is otherwise never priced by its model's name: its cost would be unknown)
         proposer = args.proposer or sf.OpenAIBackend("gpt-4o-mini", base_url=server.base_url,
-                                                     api_key="sk-local-stand-in")
+                                                     api_key="sk-local-stand-in", price_by_name=True)
         if args.aggregator and args.api_base:
             aggregator: object = sf.backends.backend_from_spec(args.aggregator, api_base=args.api_base)
         elif args.aggregator:

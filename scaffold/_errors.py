@@ -13,7 +13,7 @@
     ├── InputError (ValueError)          a run's inputs do not fit the graph (missing variable, bad candidate row)
     ├── DatasetError (ValueError)        a dataset file or row is malformed (names the file and line)
     ├── AnswerKindError (ValueError)     an unknown answer kind, or options the kind cannot take
-    ├── ArgumentError (TypeError)        a run's argument of the wrong form (models=, budget=, concurrency=), or a
+    ├── ArgumentError (TypeError, ValueError)  a run's argument of the wrong form (models=, budget=, concurrency=), or a
     │                                    build parameter passed at run time (names the ``.build(...)`` to use)
     ├── EvaluationError (ValueError)     an evaluation cannot run or be read (a reused name, nothing to compare)
     ├── RunError (RuntimeError)          failures while a run executes
@@ -97,8 +97,9 @@ class DatasetError(ScaffoldError, ValueError):
     """A dataset file or row is malformed; the message names the file and line."""
 
 
-class ArgumentError(ScaffoldError, TypeError):
-    """A run's argument of the wrong form, or a build parameter passed at run time."""
+class ArgumentError(ScaffoldError, TypeError, ValueError):
+    """A run's argument of the wrong form or value, or a build parameter passed at run time (a ``TypeError`` and a
+    ``ValueError``, as what it replaces was one or the other)."""
 
 
 class AnswerKindError(ScaffoldError, ValueError):

@@ -233,7 +233,8 @@ class Graph:
         """
         if unexpected:
             raise self._unexpected(unexpected, "run")
-        if budget is not None and not isinstance(budget, Budget):
+        if budget is not None and not (callable(getattr(budget, "book", None))
+                                       and callable(getattr(budget, "settle", None))):
             raise ArgumentError(f"budget= takes a scaffold.Budget, e.g. sf.Budget(max_tokens=100_000) or "
                                 f"sf.Budget(max_cost=5.0); got {type(budget).__name__}")
         self._check_inputs(inputs)
