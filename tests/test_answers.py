@@ -77,6 +77,30 @@ def test_choice_reads_the_forms_the_issue_names(text: str, letter: str | None) -
     assert ChoiceAnswer().extract(text) == letter
 
 
+@pytest.mark.parametrize(("text", "letter"), [
+    ("(B) looks likely.\nAnswer: (A) fever (C) cough", None),  # a final statement listing two: no single choice
+    ("Option C looks right.\nAnswer: B and D", None),
+    ("(A) fails. So the answer is (None of the above).", None),
+    ("选项B正确。\n【答案】: 题目可能有误 <eoa>", None),  # the final statement names no option
+    ("Answer: C\n\nRespond with the letter only, e.g. Answer: A", "C"),  # an echoed format instruction
+    ("正确答案：B\n\n请写在[正确答案]和<eoa>之间，例如[正确答案]A<eoa>。", "B"),
+    ("Answer: (B) 0.36\n\n(A) is wrong because...", "B"),  # one letter with its text, then an explanation
+    ("因此，选D。", "D"),
+    ("正解は c です。", "C"),
+    ("症状から考えると｢a: 心筋梗塞｣が最も可能性が高いと考えられます。", "A"),
+    ("Options:\n(A) red\n(B) blue\n(C) green\n\nThe answer is green.", "C"),  # options listed in the text itself
+])
+def test_choice_reads_final_statements_echoes_and_listed_options(text: str, letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
+def test_choice_passes_over_closing_courtesies() -> None:
+    kind = ChoiceAnswer(choices=("Paris", "London", "Berlin", "Madrid"))
+    text = "(C) Berlin\n\nBerlin is the capital of Germany.\n\nI hope this helps! Let me know if you need more.</s>"
+    assert kind.extract(text) == "C"
+    assert ChoiceAnswer(choices=("\\pi", "2\\pi")).extract("so T = 2π") == "B"  # \pi and π are one option
+
+
 def test_choice_with_options_reads_option_text_and_refuses_letters_beyond_them() -> None:
     kind = ChoiceAnswer(choices=("54", "0.36", "72"))
     assert kind.extract(r"so \boxed{0.36}") == "B"

@@ -13,6 +13,11 @@ Markdown and LaTeX wrappers (``**``, ``$``, ``\text{}``, ``\textbf{}``, ``\mathr
 choice is the last boxed choice or cue in the text (a text that reconsiders ends with its final choice), else its
 last choice-only line; a boxed value that is no choice (an intermediate result) is passed over. "The answer is
 not (A)" states nothing.
+
+A final statement that names no single option wins over earlier choices: "Answer: B and D", "the answer is none
+of the above", "【答案】: 题目可能有误" read as ``None``. A cue inside an echoed instruction ("reply as Answer: X,
+e.g. Answer: A") is no choice, closing courtesies ("I hope this helps!") are passed over, and a text that lists
+its own options ("(A) red / (B) blue / ... The answer is blue.") is read against them.
 """
 
 from __future__ import annotations
@@ -56,7 +61,10 @@ _CUE = re.compile(
     r"|\b(?:therefore|thus|hence|so),?\s+(?:the\s+answer\s+is\s+)?"
     r"(?=(?:(?:option|choice)\s*)?[\(\[]?[A-J][\)\]]?\s*(?:$|[.\n]))"
     r"|[\[【]?(?:正确|最终)?答案[\]】]?\s*(?:是|为|應為|应为|应该是|:|：)?\s*(?:选(?:择)?)?"
-    r"|(?:正确|对应|對應)选项\s*(?:是|为|:|：)?|选项\s*(?:是|为)|(?:(?<=[故应應])|(?<=所以|因此)|\A)选(?:择)?(?!项)"
+    r"|(?:正确|对应|對應)选项\s*(?:是|为|:|：)?|选项\s*(?:是|为)"
+    r"|(?:(?<=[故应應，,。：:\s])|(?<=所以|因此|本题|此题)|\A)选(?:择)?(?!项|出)"
+    r"|(?<=[的项])是(?=\s*\[\s*[A-J]\s*\]|\s*[A-J](?:[。.，,；;\s]|$))|(?:我的)?回答\s*(?:是|为|:|：)"
+    r"|(?:答え|正解|(?:正しい|適切な)(?:選択肢|答え|もの))\s*(?:は|:|：)"
     r")"
     r"\s*[:：=]?\s*(?:is\s+)?(?:(?:option|choice|letter|sentence|statement|number)\s*[:：]?\s*)?",
     re.IGNORECASE,
@@ -73,7 +81,7 @@ _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
 _ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
                           re.IGNORECASE)
 _LETTER_AND_TEXT = re.compile(r"(?:[\(\[]\s*([A-J])\s*[\)\]]|([A-J])\s*[).:])\s*\S")
-_ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.):：\n])")
+_ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.):：\n。、]|[\u3000-\u9fff])")
 _CJK_RIGHT = re.compile(r"(?:选项\s*([A-J])|([A-J])\s*选项)\s*(?:是|为)?\s*(?:正确|對|对)(?!与否)")
 """A Chinese statement that an option is right: "选项A正确", "A选项是正确的"."""
 _LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|\s*\(|\s*\n|\s*$)", re.IGNORECASE)
@@ -83,9 +91,34 @@ _DENIED = re.compile(r"\b(?:not|n't|no|wrong|incorrect|false|eliminate[sd]?|rule
 _BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
 _FIRST_HINT = re.compile(r"correct|right|best|true|accurate|answer", re.IGNORECASE)
 _CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
-              "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选")
+              "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
+              "正解", "正しい", "適切")
 """Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
 at every character)."""
+_EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|format)[^\n]{0,40}\Z",
+                      re.IGNORECASE)
+_EXAMPLE_WORDS = ("例", "比如", "e.g", "example", "instance", "such as", "format")
+"""An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
+_MARKER = re.compile(r"^[ \t#*>\-]*(?:final\s+answer|correct\s+answer|answer|ans|最终答案|正确答案|答案)"
+                     r"[ \t*\]]*[:：\]][ \t*]*", re.IGNORECASE)
+"""An answer marker opening a text's last line ("Answer:", "【答案】:"): what follows it is the final statement."""
+_NONE_AFTER = re.compile(
+    r"\s*(?:is|would\s+be|should\s+be|:|：|是|为)?\s*[\(\[]?\s*(?:none\s+of\s+(?:the\s+)?(?:above|options|choices|these|"
+    r"them)|neither\b|no\s+(?:correct\s+)?(?:option|choice|answer)\b)", re.IGNORECASE)
+"""After "answer": a statement that no option is the answer ("the answer is none of the above")."""
+_NONE_CJK = re.compile(r"以上(?:选项)?(?:都|均)(?:不|错)|都不(?:对|正确)|无法(?:确定|判断|选择)"
+                       r"|(?:题目|选项)(?:可能)?有误")
+"""A Chinese statement that no option is the answer ("以上选项都不对", "题目可能有误")."""
+_LISTED = re.compile(r"(?<![A-Za-z])(?:\(([A-J])\)|([A-J])(?=[).,;:]|\s+(?:and|or|&)\b|\s*$))")
+"""The letters a final statement lists ("B and D", "(A) fever (C) cough"): more than one is no single choice."""
+_JA_RIGHT = re.compile(r"(?<![A-Za-z])([A-Ja-j])\s*[:：.．)]\s*[^。\n\]]{0,40}\]?\s*(?:が|は)\s*"
+                       r"(?:最も|正解|正しい|適切)")
+"""A Japanese statement that an option is right: "d: 腎盂腎炎 が最も考えられます"."""
+_PLEASANTRY = re.compile(r"\s*(?:I\s+hope\s+(?:this|that|it)\s+helps|hope\s+this\s+helps|let\s+me\s+know|feel\s+free|"
+                         r"if\s+you\s+have\s+any\s+(?:other|more|further)|good\s+luck)", re.IGNORECASE)
+"""A closing courtesy line, passed over when looking for a text's last statement."""
+_OPTION_LINE = re.compile(r"^[ \t]*[\(\[]?([A-J])[ \t]*[\)\].:：、．][ \t]*(\S[^\n]{0,200})$", re.MULTILINE)
+"""A line listing an option ("B: 2 mol", "(C) green"), for a text that lists its own options."""
 _LINE = re.compile(r"^\s*(?:answer\s*[:：]?\s*)?[\(\[]?\s*([A-J])\s*[\)\]]?\s*[.。]?\s*$", re.IGNORECASE)
 
 
@@ -125,7 +158,7 @@ class ChoiceAnswer(AnswerKind):
                                else "".join(chr(ord("A") + i) for i in range(min(len(self.choices), 26))))
         options = {_plain(text): self.letters[i] for i, text in enumerate(self.choices or ()) if i < len(self.letters)}
         object.__setattr__(self, "_options", options)
-        words = {" ".join(_PUNCTUATION.sub(" ", _clean(text).lower()).split()): self.letters[i]
+        words = {_words(text).strip(): self.letters[i]
                  for i, text in enumerate(self.choices or ()) if i < len(self.letters)}
         object.__setattr__(self, "_words", words)
 
@@ -143,6 +176,14 @@ class ChoiceAnswer(AnswerKind):
         return {"kind": self.name, "letters": self.letters}
 
     def extract(self, text: str) -> str | None:
+        found = self._read(text)
+        if found or self._options:
+            return found or None
+        listed = _listed_options(text)  # the text lists its own options: "the answer is green" can be read
+        return ChoiceAnswer(choices=listed).extract(text) if listed else None
+
+    def _read(self, text: str) -> str | None:
+        """The choice a text states; ``""`` when its final statement names no single option."""
         for window in WINDOWS:  # the end first: a choice stated there is the last one stated
             if window < len(text):
                 found = self._stated(text[-window:])
@@ -151,8 +192,10 @@ class ChoiceAnswer(AnswerKind):
         found = self._stated(text)
         if found is not None:
             return found
-        clean = _clean(text).replace(_BOX, " ")
+        clean = _TOKENS.sub(" ", _clean(text).replace(_BOX, " "))
         lines = [line for line in clean.splitlines() if line.strip()]
+        while len(lines) > 1 and _PLEASANTRY.match(lines[-1]):
+            lines.pop()
         return self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines) or self._leading(clean)
 
     def key(self, answer: str) -> str | None:
@@ -172,8 +215,11 @@ class ChoiceAnswer(AnswerKind):
 
         for start, content in _boxes(marked):
             found(start, self._as_choice(content))
-        for m in _cues(clean):
-            found(m.start(), self._after_cue(clean, m.end()))
+        low = clean.lower()
+        examples = any(word in low for word in _EXAMPLE_WORDS)
+        for m in _cues(clean, low):
+            if not (examples and _EXAMPLE.search(clean, max(0, m.start() - 60), m.start())):
+                found(m.start(), self._after_cue(clean, m.end()))
         for m in _CJK_RIGHT.finditer(clean):
             letter = m.group(1) or m.group(2)
             found(m.start(), letter if letter in self.letters else None)
@@ -181,7 +227,39 @@ class ChoiceAnswer(AnswerKind):
             for m in _FIRST.finditer(clean):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
                     found(m.start(), m.group(1))
+        if any(word in clean for word in ("最も", "正解", "正しい", "適切")):
+            for m in _JA_RIGHT.finditer(clean):
+                found(m.start(), m.group(1).upper() if m.group(1).upper() in self.letters else None)
+        none_at = self._none_stated(clean, low)
+        if none_at is not None and (best is None or best[0] <= none_at):
+            return ""
         return None if best is None else best[1]
+
+    def _none_stated(self, clean: str, low: str) -> int | None:
+        """Where a text's last line states that no single option is the answer: "Answer: B and D", "the answer is
+        none of the above", "【答案】: 题目可能有误" (``None`` when it does not)."""
+        body = clean.rstrip()
+        start = body.rfind("\n") + 1
+        last = body[start:]
+        at = low.find("answer", start)
+        while at >= 0:
+            if _NONE_AFTER.match(low, at + 6) and not _EXAMPLE.search(last, 0, at - start):
+                return at
+            at = low.find("answer", at + 6)
+        if any(word in last for word in ("以上", "都不", "无法", "有误")) and (m := _NONE_CJK.search(last)) is not None:
+            return start + m.start()
+        m = _MARKER.match(last)
+        if m is None:
+            return None
+        content = _TOKENS.sub("", last[m.end():]).strip(" *.。")
+        if not content:
+            return None
+        listed = {a or b for a, b in _LISTED.findall(content)}
+        if len(listed) > 1:
+            return start
+        if listed or self._as_choice(content) is not None or self._after_cue(last, m.end()) is not None:
+            return None
+        return start  # a value or a sentence that is no option: "Answer: 54" without the options
 
     def _alone(self, lines: list[str]) -> str | None:
         """With no box or cue: the last line that is only a choice, a last line that is an option ("(D) 18"), or
@@ -194,7 +272,13 @@ class ChoiceAnswer(AnswerKind):
             m = re.fullmatch(r"\s*[\(\[]\s*([A-J])\s*[\)\]]\s*[^()\[\]]{1,80}", lines[-1])
             if m and m.group(1) in self.letters:
                 return m.group(1)
-        return self._named_option(lines) if self._options and lines else None
+        if not self._options or not lines:
+            return None
+        for line in reversed(lines):  # a line that is an option, letter and text: "(D) Tokyo"
+            m = _OPTION_LINE.fullmatch(line)
+            if m and self._options.get(_plain(m.group(2))) == m.group(1):
+                return m.group(1)
+        return self._named_option(lines)
 
     def _last_bracketed(self, lines: list[str]) -> str | None:
         """The one bracketed letter of the text's last sentence: "... so it takes 10 days. (C)", "... is (B) I."."""
@@ -217,7 +301,13 @@ class ChoiceAnswer(AnswerKind):
     def _bold_option(self, text: str) -> str | None:
         """An option set in bold near the end, letter and text: "The compound is **D. ethyl 4-aminobenzoate**."."""
         found = _BOLD_OPTION.findall(text[-400:])
-        return found[-1] if found and found[-1] in self.letters else None
+        if found and found[-1] in self.letters:
+            return found[-1]
+        if self._options:  # an option's text in bold: "the product is **2-methylbutan-2-ol**"
+            named = [self._options.get(_plain(span)) for span in re.findall(r"\*\*([^*\n]{1,200})\*\*", text[-600:])]
+            named = [letter for letter in named if letter]
+            return named[-1] if named else None
+        return None
 
     def _named_option(self, lines: list[str]) -> str | None:
         """With the options known and no choice stated: the one option the text opens with ("No, ..."), else the
@@ -227,7 +317,7 @@ class ChoiceAnswer(AnswerKind):
             return letter
         sentences = [part for part in re.split(r"(?<=[.!?。])\s+", lines[-1].strip()) if part.strip()]
         for sentence in reversed(sentences[-3:]):  # the last sentences that name an option ("... So" ends some)
-            words = f" {_PUNCTUATION.sub(' ', _clean(sentence).lower())} "
+            words = _words(sentence)
             named = {letter for text, letter in self._words.items() if text and f" {text} " in words}
             if named:
                 return named.pop() if len(named) == 1 else None
@@ -268,9 +358,8 @@ class ChoiceAnswer(AnswerKind):
         return None
 
 
-def _cues(clean: str) -> list[re.Match[str]]:
-    """Every cue of a cleaned text, in order."""
-    low = clean.lower()
+def _cues(clean: str, low: str) -> list[re.Match[str]]:
+    """Every cue of a cleaned text (``low``: its lower case), in order."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
     starts = set()
@@ -290,8 +379,24 @@ def _cues(clean: str) -> list[re.Match[str]]:
     return out
 
 
+_TOKENS = re.compile(r"<\|[^|>]{1,40}\|>|</?s>|<eo[asne]>|<eos>|<end_of_turn>", re.IGNORECASE)
+"""A model's special tokens left in its output ("</s>", "<eoa>", "<|im_end|>")."""
+
+
+def _listed_options(text: str) -> tuple[str, ...] | None:
+    """The options a text lists itself, A first, each on its own line ("A: ...", "(B) ..."); ``None`` for fewer
+    than two."""
+    listed: dict[str, str] = {}
+    for m in _OPTION_LINE.finditer(text):
+        listed.setdefault(m.group(1), m.group(2).strip())
+    count = 0
+    while count < len(LETTERS) and LETTERS[count] in listed:
+        count += 1
+    return tuple(listed[letter] for letter in LETTERS[:count]) if count >= 2 else None
+
+
 _BOX = "\x00"
-_WIDE = str.maketrans("（）：［］【】", "():[][]")
+_WIDE = str.maketrans("（）：［］【】「」『』｢｣", "():[][][][][]")
 
 
 def _boxes(marked: str) -> list[tuple[int, str]]:
@@ -322,9 +427,14 @@ def _clean(text: str) -> str:
 _PUNCTUATION = re.compile(r"[\s.,;:!?'\"()\[\]{}]+|\\sim|\\approx|~|≈")
 
 
+def _words(text: str) -> str:
+    """A text as its words, lower case, single-spaced between spaces: for finding an option's text in a sentence."""
+    return f" {' '.join(_PUNCTUATION.sub(' ', _clean(text).replace(chr(92) + 'pi', 'π').lower()).split())} "
+
+
 def _plain(text: str) -> str:
     """An option text for matching: markup gone, lower case, no spaces or punctuation; a plain number its value."""
-    clean = _clean(text).strip().rstrip(".")
+    clean = _clean(text).strip().rstrip(".").replace("\\pi", "π")
     value = as_number(clean.replace("$", "").replace(" ", ""))
     if value is not None:
         return f"#{value}"

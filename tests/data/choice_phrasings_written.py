@@ -197,6 +197,40 @@ ENTRIES = [
     ("选 B", "B", None),
     ("故答案选C。", "C", None),
     ("The answer is B. Answer: B", "B", None),
+    # Added with the second round of forms (CJK cues after punctuation, stated non-choices, echoed format
+    # instructions, Japanese, closing pleasantries, options listed in the text itself).
+    ("因此，选D。", "D", None),
+    ("综上所述，应选 C。", "C", None),
+    ("所以本题选B", "B", None),
+    ("下列说法中错误的是[C]。因为同一违纪行为不能重复处分。", "C", None),
+    ("有错误的项是B。其他选项均符合规定。", "B", None),
+    ("选项A中的说法正确。\n【答案】: 无法确定 <eoa>", None, None),
+    ("答案：以上选项都不对", None, None),
+    ("B is tempting.\nAnswer: (A) fever (C) cough", None, None),
+    ("Option C looks right.\nAnswer: B and D", None, None),
+    ("(A) fails, and (B) fails too. So the answer is (None of the above).", None, None),
+    ("The first option is closest, but the answer is none of the options.", None, None),
+    ("正确答案：B\n\n请从A,B,C,D中选出一个正确的答案，写在[正确答案]和<eoa>之间，例如[正确答案]A<eoa>。", "B", None),
+    ("Answer: C\n\nRespond with the letter only, e.g. Answer: A", "C", None),
+    ("The answer is D. (Use the format 'The answer is X', for example 'The answer is A'.)", "D", None),
+    ("正解は c です。", "C", None),
+    ("答えは「b」です。", "B", None),
+    ("以上より、d: 腎盂腎炎 が最も考えられます。", "D", None),
+    ("症状から考えると｢a: 心筋梗塞｣が最も可能性が高いと考えられます。", "A", None),
+    ("したがって、正しい選択肢は e です。", "E", None),
+    ("答え: C", "C", None),
+    ("(C) Berlin\n\nBerlin is the capital and largest city of Germany.\n\nI hope this helps! Let me know if you have "
+     "any other questions.</s>", "C", NAMES),
+    ("Madrid\n\nIt has been the capital of Spain since 1561.\n\nFeel free to ask if you have more questions.", "D",
+     NAMES),
+    ("T = 2π", "B", ["\\pi", "2\\pi", "4\\pi", "\\pi/2"]),
+    ("The period is $2\\pi$ seconds.", "B", ["\\pi", "2\\pi", "4\\pi", "\\pi/2"]),
+    ("The major product is **2-methylbutan-2-ol**, formed by Markovnikov addition.", "B",
+     ["2-methylbutan-1-ol", "2-methylbutan-2-ol", "3-methylbutan-2-ol", "pentan-2-ol"]),
+    ("问题：房屋所有权归谁？\nA:所有权归甲\nB:所有权归乙\nC:所有权归丙\nD:所有权归丁\n\n"
+     "我的回答是：\n所有权归丙。", "C", None),
+    ("Options:\n(A) red\n(B) blue\n(C) green\n\nThe answer is green.", "C", None),
+    ("A. 1 mol\nB. 2 mol\nC. 3 mol\nD. 4 mol\n\nThe reaction consumes 2 mol of oxygen.\nAnswer: 2 mol", "B", None),
 ]
 
 out = Path(__file__).with_suffix(".jsonl")
