@@ -323,3 +323,38 @@ def test_error_bodies_of_openai_and_vllm_map_to_the_same_errors():
     for error, kind, retryable in cases:
         assert type(error) is kind and error.retryable is retryable, error
     assert "Invalid n" in str(cases[1][0]) and cases[5][0].retry_after == 2.0
+
+
+def answers_of(backend, request: Request, *, stream: bool):
+    """The completions of one call, streamed (the ``Finished`` record's) or not, on a fresh event loop."""
+    from scaffold._types import Finished
+
+    async def main():
+        try:
+            if not stream:
+                return await backend.complete(request)
+            return [c for item in [i async for i in backend.stream(request)] if isinstance(item, Finished)
+                    for c in item.completions]
+        finally:
+            await backend.release_loop()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_cached_prompt_tokens_are_recorded_and_priced_at_the_cache_price(stream):
+    """A provider that serves part of a prompt from its cache says so; the tokens are recorded on the completion
+    and charged at the map's cache price (gpt-4o-mini: half the input price), the rest at the input price."""
+    with OpenAIServer(policy=numbered, api_key=KEY, prompt_cache=4) as cached_server:
+        backend = sf.OpenAIBackend("gpt-4o-mini", base_url=cached_server.base_url, api_key=KEY,
+                                   price_by_name=True)
+        shared = "Background, repeated in every prompt: " + "the quick brown fox jumps over the lazy dog. " * 6
+        (first,) = answers_of(backend, Request(messages=(("user", shared + "Question one?"),)), stream=stream)
+        (second,) = answers_of(backend, Request(messages=(("user", shared + "Question two?"),)), stream=stream)
+    assert "cached_prompt_tokens" not in first.metadata
+    hit = second.metadata["cached_prompt_tokens"]
+    assert 0 < hit < second.usage.prompt_tokens and hit % 4 == 0
+    expected = ((second.usage.prompt_tokens - hit) * 0.15e-6 + hit * 0.075e-6
+                + second.usage.completion_tokens * 0.6e-6)
+    assert second.cost == pytest.approx(expected)
+    assert first.cost == pytest.approx(first.usage.prompt_tokens * 0.15e-6 + first.usage.completion_tokens * 0.6e-6)

@@ -32,9 +32,9 @@ from typing import Any
 from scaffold._errors import AuthenticationError, BackendError, BadRequestError, ServerError
 from scaffold._messages import call_from_dict, message_dict
 from scaffold._secrets import MaskedKey, environment_secrets, redact
-from scaffold._types import Completion, Request, StreamItem, ToolCall, Usage
+from scaffold._types import Completion, Request, StreamItem, ToolCall
 from scaffold.backends._base import Capabilities
-from scaffold.backends._choices import Choice, cached_prompt_tokens, split, token_counts
+from scaffold.backends._choices import Choice, cached_prompt_tokens, completions_from
 from scaffold.backends._litellm_errors import typed_error
 
 NATIVE_N_PROVIDERS = frozenset({"openai", "hosted_vllm", "azure", "text-completion-openai", "custom_openai"})
@@ -284,23 +284,14 @@ class LiteLLMBackend:
         if len(choices) != request.n:
             raise ServerError(f"{self.model_name} returned {len(choices)} choices for n={request.n}")
         usage = getattr(response, "usage", None)
-        prompt_total = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_total = int(getattr(usage, "completion_tokens", 0) or 0)
-        parsed = [Choice(*self._choice(choice), _tool_calls(choice)) for choice in choices]
-        counts = token_counts(parsed, completion_total)
-        prompts = split(prompt_total, len(parsed))
-        costs = self._costs(response, prompts, counts) if usage is not None else [None] * len(parsed)
-        model = getattr(response, "model", None) or self.model_name
-        cached = split(min(cached_prompt_tokens(usage), prompt_total), len(parsed)) if usage is not None else []
-        return [
-            Completion(
-                text=choice.text, token_ids=choice.token_ids, logprobs=choice.logprobs if request.logprobs else None,
-                usage=Usage(prompt_tokens=p, completion_tokens=c), finish_reason=choice.finish_reason,
-                cost=cost, model=model, tool_calls=choice.tool_calls,
-                metadata={"cached_prompt_tokens": cached[i]} if cached and cached[i] else {},
-            )
-            for i, (choice, p, c, cost) in enumerate(zip(parsed, prompts, counts, costs))
-        ]
+        prices = self.token_prices() if usage is not None else None
+        return completions_from(
+            [Choice(*self._choice(choice), _tool_calls(choice)) for choice in choices],
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            model=getattr(response, "model", None) or self.model_name, prices=prices, logprobs=request.logprobs,
+            cached_tokens=cached_prompt_tokens(usage) if usage is not None else 0,
+            cache_price=self.cache_token_price() if prices else None)
 
     @staticmethod
     def _choice(choice: Any) -> tuple[str, tuple[int, ...] | None, tuple[float, ...] | None, str | None]:
@@ -328,27 +319,30 @@ class LiteLLMBackend:
                 logprobs = tuple(float(x) for x in token_logprobs)
         return text, ids, logprobs, getattr(choice, "finish_reason", None)
 
-    def _costs(self, response: Any, prompts: list[int], counts: list[int]) -> list[float | None]:
-        """Each choice's dollars: at the prices given; else, for a provider's own endpoint, litellm's (cached prompt
-        tokens at the provider's cache price); a custom ``api_base`` without prices is unknown (``None``)."""
-        input_price, output_price = self.prices
-        if (input_price is None or output_price is None) and not self.price_by_name:
-            return [None] * len(prompts)  # a server of one's own: its model name says nothing of its price
-        if input_price is None or output_price is None:
-            litellm = import_litellm()
-            try:
-                total = float(litellm.completion_cost(completion_response=response, model=self.model_name))
-            except Exception:  # not in the price map: unknown, not free
-                return [None] * len(prompts)
-            try:
-                info = litellm.get_model_info(self.model_name)
-                input_price = float(info["input_cost_per_token"])
-                output_price = float(info["output_cost_per_token"])
-            except Exception:
-                tokens = [p + c for p, c in zip(prompts, counts)]
-                whole = sum(tokens) or 1
-                return [total * t / whole for t in tokens]
-        return [p * input_price + c * output_price for p, c in zip(prompts, counts)]
+    def token_prices(self) -> tuple[float, float] | None:
+        """Dollars per input and output token: the prices given, else litellm's map for a provider's own endpoint
+        (``price_by_name``), else ``None`` (unknown, never 0: a custom ``api_base`` is not priced by its name)."""
+        given_in, given_out = self.prices
+        if given_in is not None and given_out is not None:
+            return float(given_in), float(given_out)
+        if not self.price_by_name:
+            return None
+        try:
+            info = import_litellm().get_model_info(self.model_name)
+            return float(info["input_cost_per_token"]), float(info["output_cost_per_token"])
+        except Exception:  # not in the price map: unknown, not free
+            return None
+
+    def cache_token_price(self) -> float | None:
+        """Dollars per cached prompt token: the provider's cache price from litellm's map for its own endpoint,
+        else ``None`` (cached tokens are charged as input)."""
+        if None not in self.prices or not self.price_by_name:
+            return None
+        try:
+            found = import_litellm().get_model_info(self.model_name).get("cache_read_input_token_cost")
+            return None if found is None else float(found)
+        except Exception:
+            return None
 
     # -- errors -----------------------------------------------------------------------------------
     def _redact(self, text: str) -> str:

@@ -5,7 +5,8 @@ true}``; each chunk's choices become :class:`~scaffold._types.Delta` records (vL
 ``token_ids`` and chat logprobs included, as litellm passes them on), and the end of the stream a
 :class:`~scaffold._types.Finished` with completions built as ``complete`` builds them. litellm drops
 logprobs from streamed text completions, so those come back without logprobs. Cost: the prices
-given to the backend, else litellm's per-token price for the model, else unknown.
+given to the backend, else litellm's per-token price for the model, else unknown; cached prompt tokens
+the provider reports are recorded and charged at its cache price (:meth:`LiteLLMBackend.cache_token_price`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import BackendError
 from scaffold._types import Finished, Request, StreamItem
-from scaffold.backends._choices import completions_from
+from scaffold.backends._choices import cached_prompt_tokens, completions_from
 from scaffold.backends._litellm_errors import typed_error
 from scaffold.backends._streaming import StreamAssembler
 
@@ -61,9 +62,11 @@ async def stream_litellm(backend: LiteLLMBackend, request: Request, import_litel
         raise error
     prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
     completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0) if usage else parts.completion_tokens()
+    prices = backend.token_prices() if usage else None
     completions = completions_from(parts.choices(), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                   model=model or backend.model_name,
-                                   prices=_prices(litellm, backend) if usage else None, logprobs=request.logprobs)
+                                   model=model or backend.model_name, prices=prices, logprobs=request.logprobs,
+                                   cached_tokens=cached_prompt_tokens(usage) if usage else 0,
+                                   cache_price=backend.cache_token_price() if prices else None)
     yield Finished(tuple(completions))
 
 
@@ -82,18 +85,3 @@ def _chunk_choice(choice: Any) -> tuple[int, str | None, Any, Any, str | None]:
     if content is not None:
         logprobs = [float(e["logprob"] if isinstance(e, dict) else e.logprob) for e in content]
     return int(getattr(choice, "index", 0) or 0), text, ids, logprobs, getattr(choice, "finish_reason", None)
-
-
-def _prices(litellm: Any, backend: LiteLLMBackend) -> tuple[float, float] | None:
-    """Dollars per input and output token: the backend's, else litellm's for a provider's own endpoint, else
-    unknown."""
-    given_in, given_out = backend.prices
-    if given_in is not None and given_out is not None:
-        return float(given_in), float(given_out)
-    if not backend.price_by_name:  # a server of one's own: unknown unless given
-        return None
-    try:
-        info = litellm.get_model_info(backend.model_name)
-        return float(info["input_cost_per_token"]), float(info["output_cost_per_token"])
-    except Exception:
-        return None

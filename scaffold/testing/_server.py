@@ -128,7 +128,8 @@ class OpenAIServer:
     server's scripted tool calls, streamed in pieces when the request streams). The default
     answers ``"[choice] last message"``. ``latency`` (seconds, or a function of the request) is
     waited before every completion answer, ``token_interval`` between the token events of a streamed
-    one. ``faults(request, number)`` may return a :class:`Fault`
+    one. ``prompt_cache`` (a block size in tokens) reports cached prompt tokens as a provider's prompt cache does.
+    ``faults(request, number)`` may return a :class:`Fault`
     for any request that :meth:`inject` left unfaulted. ``allowed_rate`` requests per second
     (bursts of ``burst``) are accepted; faster ones get 429 with the exact wait until one is.
 
@@ -155,6 +156,7 @@ class OpenAIServer:
         faults: Callable[[ServerRequest, int], Fault | None] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        prompt_cache: int | None = None,
     ) -> None:
         self.plan = FaultPlan(rule=faults, allowed_rate=allowed_rate, burst=burst)
         """The queued faults, the ``faults`` rule and the ``allowed_rate`` bucket (:mod:`scaffold.testing._faults`)."""
@@ -166,6 +168,11 @@ class OpenAIServer:
         self.max_context = max_context
         self.host = host
         self.port = port
+        self.prompt_cache = prompt_cache
+        """Blocks of this many prompt tokens are cached as a provider's prompt cache does: a prompt's longest prefix
+        (whole blocks) shared with an earlier prompt is reported as ``usage.prompt_tokens_details.cached_tokens``
+        (``None``: no cache, no details)."""
+        self._seen_prompts: list[list[int]] = []
         self._lock = threading.Lock()
         self._records: list[ServedRequest] = []
         self._status_counts: Counter[int] = Counter()
@@ -392,9 +399,11 @@ class OpenAIServer:
         if request.body.get("stream"):
             texts = [await self._policy_text(replace(request, choice=index)) for index in range(request.n)]
             streamed = stream_chunks(request, texts)
+            self._note_cache(request, *[chunk["usage"] for chunk in streamed.chunks if chunk.get("usage")])
             self._update(generation, number, response_id=streamed.id)
             return StreamedResponse(self._events(generation, number, streamed, fault))
         answer = await self._answer(request)
+        self._note_cache(request, answer["usage"])
         if fault is not None and fault.kind in ("malformed", "truncated"):
             text = json.dumps(answer).encode()
             if fault.kind == "malformed":
@@ -430,6 +439,24 @@ class OpenAIServer:
                     self._choices_served.extend((answer.id, index) for index in range(answer.choices))
         finally:
             self._update(generation, number, finished_at=time.monotonic())
+
+    def _note_cache(self, request: ServerRequest, *usages: dict[str, Any]) -> None:
+        """With :attr:`prompt_cache`: add the cached prompt tokens to each of ``usages`` and remember the prompt."""
+        if not self.prompt_cache:
+            return
+        ids = [fake_token_id(token) for token in fake_tokenize(request.prompt_text)]
+        with self._lock:
+            shared = 0
+            for earlier in self._seen_prompts:
+                same = 0
+                for a, b in zip(ids, earlier):
+                    if a != b:
+                        break
+                    same += 1
+                shared = max(shared, same)
+            self._seen_prompts.append(ids)
+        for usage in usages:
+            usage["prompt_tokens_details"] = {"cached_tokens": shared - shared % self.prompt_cache}
 
     async def _answer(self, request: ServerRequest) -> dict[str, Any]:
         texts = [await self._policy_text(replace(request, choice=index)) for index in range(request.n)]
