@@ -9,6 +9,7 @@ from helpers import boxed, chain
 
 import scaffold as sf
 from scaffold._types import Completion, Request, Usage
+from scaffold.backends._prices import EngineTime
 from scaffold.testing import ScriptedBackend
 
 
@@ -95,3 +96,63 @@ def test_a_budget_shared_by_threads_counts_every_call_exactly(fast_thread_switch
         thread.join()
     assert budget.tokens == 8 * 5_000 * 7 and budget.remaining_tokens == 10_000_000 - budget.tokens
     assert budget.cost == pytest.approx(8 * 5_000 * 0.5)
+
+
+# -- prices given to a model (local engines, self-hosted servers) ----------------------------------------
+
+
+def test_a_price_given_to_a_model_prices_every_trace_and_feeds_the_budget():
+    """``sf.Model(backend, price=sf.Price(...))``: each choice costs its tokens at the given rates (cached prompt
+    tokens at the cached rate), over what the backend reported; a dollar budget then stops a local engine."""
+    backend = ScriptedBackend(lambda request: Completion(text=boxed(1), usage=Usage(30, 50), cost=None,
+                                                        metadata={"cached_prompt_tokens": 10}))
+    price = sf.Price(input=1e-6, output=2e-6, cached_input=0.5e-6)
+    result = chain.run_sync({"problem": "p"}, models={"m": sf.Model(backend, price=price)})
+    assert result.traces and all(t.cost == pytest.approx(20e-6 + 10 * 0.5e-6 + 100e-6) for t in result.traces)
+    budget = sf.Budget(max_cost=3 * 125e-6)
+    with pytest.raises(sf.BudgetExceeded):
+        chain.run_sync({"problem": "p"}, models={"m": sf.Model(backend, price=price)}, budget=budget)
+    assert budget.cost == pytest.approx(3 * 125e-6) and budget.unpriced_calls == 0
+
+
+def test_per_second_prices_share_the_engines_time_among_calls_in_flight():
+    """Four calls served together for 0.2 s are charged the engine's time once between them (0.05 s each, not
+    0.2 s each): their charges add up to no more than the wall time they took together."""
+    import asyncio
+    import time
+
+    backend = ScriptedBackend(lambda request: Completion(text="ok", usage=Usage(1, 1)), delay=0.2)
+    model = sf.Model(backend, price=sf.Price(per_second=1.0))
+
+    async def together():
+        t0 = time.perf_counter()
+        replies = await asyncio.gather(*[model.complete(Request(messages=(("user", f"q{i}"),))) for i in range(4)])
+        return replies, time.perf_counter() - t0
+
+    replies, wall = asyncio.run(together())
+    charged = [c.cost for reply in replies for c in reply.completions]
+    assert len(charged) == 4 and all(c > 0 for c in charged)
+    assert sum(charged) <= wall + 1e-6  # the engine's busy time, charged once
+    assert sum(charged) >= 0.2 * 0.95  # and not less than the time it worked
+
+
+def test_engine_time_splits_each_second_among_the_calls_in_flight():
+    ticks = iter([0.0, 1.0, 2.0, 4.0, 4.0, 5.0, 5.0])
+    meter = EngineTime(clock=lambda: next(ticks))
+    a = meter.start()  # t=0, alone until 1
+    b = meter.start()  # t=1, a and b share 1..2
+    assert meter.stop(a) == pytest.approx(1.5)  # t=2
+    assert meter.stop(b) == pytest.approx(0.5 + 2.0)  # alone 2..4
+    c = meter.start()  # t=4
+    assert meter.stop(c) == pytest.approx(1.0) and meter.stop(c) == 0.0  # t=5; a second stop is nothing
+
+
+def test_a_registry_price_table_prices_the_alias(tmp_path):
+    path = tmp_path / "models.toml"
+    path.write_text('[models.local]\nmodel = "hosted_vllm/x"\napi_base = "http://127.0.0.1:9/v1"\n'
+                    '[models.local.price]\ninput = 1e-7\noutput = 4e-7\nper_second = 0.0005\n')
+    model = sf.load_models(path)["local"]
+    assert model.price == sf.Price(input=1e-7, output=4e-7, per_second=0.0005)
+    path.write_text('[models.local]\nmodel = "hosted_vllm/x"\n[models.local.price]\ninput = -1.0\n')
+    with pytest.raises(sf.ModelAliasError, match="input"):
+        sf.load_models(path)

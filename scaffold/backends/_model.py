@@ -21,7 +21,7 @@ from scaffold._secrets import SECRET_HEADERS, SECRET_PARAMS
 from scaffold._throttle import Throttle
 from scaffold._types import Completion, Finished, Request, StreamItem
 from scaffold.backends._base import Backend, stream_completions
-from scaffold.backends._prices import Price
+from scaffold.backends._prices import EngineTime, Price
 from scaffold.backends._retry import Retry
 
 DEFAULT_MAX_TOKENS = 512
@@ -160,6 +160,8 @@ class Model:
                                   f"{type(price).__name__}")
         self.price = price
         """The price every completion is charged at, over the backend's own cost (``None``: the backend's)."""
+        self.engine_time = EngineTime()
+        """The backend's busy time shared among this model's calls in flight (what ``Price.per_second`` charges)."""
         self._rng = random.Random(self.retry.seed)
 
     def __repr__(self) -> str:
@@ -186,6 +188,7 @@ class Model:
                 raise
             number = self.throttle.started()
             started, t0 = time.time(), time.perf_counter()
+            ticket = self.engine_time.start()
             try:
                 if self.timeout is None:
                     completions = await self.backend.complete(request)
@@ -204,6 +207,7 @@ class Model:
                 attempt += 1
                 continue
             finally:
+                engine_seconds = self.engine_time.stop(ticket)
                 if limit is not None:
                     limit.release()
             latency = time.perf_counter() - t0
@@ -212,7 +216,7 @@ class Model:
                 if used:
                     self.tpm.adjust(used - tokens)
             if self.price is not None:
-                completions = self.price.priced(completions, latency)
+                completions = self.price.priced(completions, engine_seconds)
             return Reply(completions, attempt, started, latency)
 
     async def stream(self, request: Request) -> AsyncIterator[StreamItem]:
@@ -243,7 +247,7 @@ class Model:
             try:
                 tokens = await self._wait_for_budget(request)
                 number = self.throttle.started()
-                t0 = time.perf_counter()
+                ticket = self.engine_time.start()
                 items = stream_completions(self.backend, request)
                 try:
                     if self.timeout is None:
@@ -255,10 +259,10 @@ class Model:
                         except TimeoutError:
                             raise RequestTimeout(f"no answer within {self.timeout}s") from None
                     handed_on = True
-                    yield self._priced(first, t0)
+                    yield self._priced(first, ticket)
                     item = first
                     async for item in items:
-                        yield self._priced(item, t0)
+                        yield self._priced(item, ticket)
                 except BackendError as exc:
                     self._failed(exc, tokens, number)
                     if handed_on or not self.retry.should_retry(exc, attempt):
@@ -268,6 +272,7 @@ class Model:
                     attempt += 1
                     continue
                 finally:
+                    self.engine_time.stop(ticket)  # a stream left early: its share is nobody's charge
                     close = getattr(items, "aclose", None)
                     if close is not None:
                         await close()
@@ -280,11 +285,15 @@ class Model:
                     self.tpm.adjust(used - tokens)
             return
 
-    def _priced(self, item: StreamItem, t0: float) -> StreamItem:
-        """A stream's item, its completions priced by :attr:`price` when there is one (``t0``: when it began)."""
-        if self.price is None or not isinstance(item, Finished):
+    def _priced(self, item: StreamItem, ticket: int) -> StreamItem:
+        """A stream's item, its completions priced by :attr:`price` when there is one (``ticket``: the stream's
+        :class:`~scaffold.backends._prices.EngineTime` ticket, stopped at its end)."""
+        if not isinstance(item, Finished):
             return item
-        return Finished(tuple(self.price.priced(item.completions, time.perf_counter() - t0)))
+        seconds = self.engine_time.stop(ticket)
+        if self.price is None:
+            return item
+        return Finished(tuple(self.price.priced(item.completions, seconds)))
 
     async def _wait_for_budget(self, request: Request) -> int:
         if self.throttle.rate is not None:

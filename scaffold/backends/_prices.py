@@ -16,14 +16,16 @@ import functools
 import importlib.util
 import json
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from scaffold._types import Completion, Usage
 
-__all__ = ["Price", "cache_read_price", "price_per_token"]
+__all__ = ["EngineTime", "Price", "cache_read_price", "price_per_token"]
 
 _PRICE_FILE = "model_prices_and_context_window_backup.json"
 _OPENAI_PROVIDERS = ("openai", "text-completion-openai")
@@ -91,8 +93,10 @@ class Price:
 
     ``input`` and ``output`` are dollars per prompt and completion token; ``cached_input`` per prompt token a
     provider served from its cache (reported as ``metadata["cached_prompt_tokens"]``; default: ``input``);
-    ``per_second`` dollars per second of the call's wall time (a GPU's rent; concurrent calls each pay their own
-    time, so for a batching engine it is an upper bound), shared among the call's choices.
+    ``per_second`` dollars per second of the engine's time (a GPU's rent): each second the model has calls in
+    flight is shared among them (:class:`EngineTime`), so calls a batching engine serves together split its time
+    instead of each paying it whole, and the charges add up to the time the engine was busy. A call's share is
+    split among its choices.
 
     Examples:
         >>> from scaffold import Price
@@ -147,3 +151,52 @@ def cache_read_price(model: str) -> float | None:
             except (TypeError, ValueError):
                 return None
     return None
+
+
+class EngineTime:
+    """An engine's busy time shared among the calls in flight on it: every second with ``k`` calls in flight adds
+    ``1/k`` second to each (what a batching engine serving them together spends on each). The shares of all calls
+    add up to the time at least one was in flight. Safe to use from several threads.
+
+    Examples:
+        >>> ticks = iter([0.0, 0.0, 1.0, 3.0])  # a starts at 0, b at 0; a ends at 1, b at 3
+        >>> meter = EngineTime(clock=lambda: next(ticks))
+        >>> a, b = meter.start(), meter.start()
+        >>> meter.stop(a), meter.stop(b)
+        (0.5, 2.5)
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._open: dict[int, float] = {}
+        self._next = 0
+        self._last = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy (another process) starts with no calls in flight
+        return {"clock": self._clock}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["clock"])  # type: ignore[misc]
+
+    def start(self) -> int:
+        """A call begins: its ticket for :meth:`stop`."""
+        with self._lock:
+            self._advance()
+            ticket, self._next = self._next, self._next + 1
+            self._open[ticket] = 0.0
+            return ticket
+
+    def stop(self, ticket: int) -> float:
+        """A call ends: its share of the engine's seconds since it began (0 for an unknown ticket)."""
+        with self._lock:
+            self._advance()
+            return self._open.pop(ticket, 0.0)
+
+    def _advance(self) -> None:
+        now = self._clock()
+        if self._open:
+            share = max(now - self._last, 0.0) / len(self._open)
+            for ticket in self._open:
+                self._open[ticket] += share
+        self._last = now
