@@ -89,6 +89,15 @@ def test_choice_reads_the_forms_the_issue_names(text: str, letter: str | None) -
     ("正解は c です。", "C"),
     ("症状から考えると｢a: 心筋梗塞｣が最も可能性が高いと考えられます。", "A"),
     ("Options:\n(A) red\n(B) blue\n(C) green\n\nThe answer is green.", "C"),  # options listed in the text itself
+    ('{\n  "reasoning": "Amylase starts it.",\n  "answer": "B"\n}', "B"),  # a JSON answer
+    ("<think>\nIt needs wind.\n</think>\n<answer>c</answer>", "C"),  # a tagged answer, lower case
+    ("따라서 정답은 C입니다.", "C"),
+    ("The others do not apply.\n\n(X) D", "D"),  # an echoed "(X)" placeholder, then the letter
+    ("So the most likely outcome is C) A truncated protein.", "C"),
+    ("Thus, option B) 30° is the correct answer.", "B"),
+    ("The system is called a khipu (D). It recorded census data.", "D"),  # the one letter the text names
+    ("Each student differs. The correct answer cannot be determined.", None),
+    ("* **A) Atresia:** oligemic fields.\n* **B) Tetralogy:** the X-ray typically shows", None),  # weighing options
 ])
 def test_choice_reads_final_statements_echoes_and_listed_options(text: str, letter: str | None) -> None:
     assert ChoiceAnswer().extract(text) == letter

@@ -39,10 +39,12 @@ only when its tail states none."""
 
 _WRAPPERS = re.compile(r"\\(?:text|textbf|textit|texttt|mathrm|mathbf|mathit|mathsf|operatorname|emph|underline)"
                        r"\s*\{([^{}]*)\}")
+_MARK_CHARS = ("*", "_", "\\", "$", "`")
+"""Characters that start a mark of :data:`_MARKS` (a text without any has none)."""
 _MARKS = re.compile(r"\*\*|__|\\\(|\\\)|\\\[|\\\]|\$|`|\\displaystyle|\\left|\\right|\\quad|\\qquad|\\;|\\,|\\!")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_LETTER = r"[\(\[\{]?\s*([A-Ja-j])\s*[\)\]\}]?"
-_AFTER = r"(?=$|[\s.,;:!?)\]}'\"。，；：！？）<\u3000-\u9fff]|\s*[-–—]|\d+\s*$)"
+_LETTER = r"[\(\[\{\"'“‘]?\s*([A-Ja-j])\s*[\)\]\}\"'”’]?"
+_AFTER = r"(?=$|[\s.,;:!?)\]}'\"”’。，；：！？）<\u3000-\u9fff\uac00-\ud7a3]|\s*[-–—]|\d+\s*$)"
 _NOT_ARTICLE = re.compile(r"[Aa][ \t]+(?!is\b|are\b|was\b|and\b|or\b|because\b|since\b|as\b|with\b|for\b)[a-z]"
                           r"|I\s+(?:think|believe|would|will|am|guess|feel|choose|pick|select|go|can|must|should|"
                           r"need|have|had|do|did|'m|'d|'ll)\b")
@@ -51,9 +53,9 @@ _CUE = re.compile(
     r"\b(?:answer|ans\b)(?:\s+choice)?(?:\s+to\s+(?:this|the)\s+question)?\s*(?:is|would\s+be|should\s+be|will\s+be|"
     r"must\s+be|=|:|：|-|–|—)?"
     r"|\b(?:correct|right|best|final|only\s+correct)\s+(?:option|choice|letter|response|selection)\s*"
-    r"(?:is|would\s+be|should\s+be|=|:|：)?"
-    r"|\b(?:correct|best|closest|right|most\s+(?:accurate|appropriate|likely|plausible|reasonable|suitable))\s+"
-    r"(?:answer|option|choice|statement|response|match)(?:\s+[\w,]+){0,5}?\s+(?:is|would\s+be)\s*:?"
+    r"(?:(?:here\s+)?is|would\s+be|should\s+be|=|:|：)?"
+    r"|\b(?:correct|best|closest|right|only|most\s+(?:\w+\s+){0,2}?)\s*"
+    r"(?:answer|option|choice|statement|response|match)(?:\s+[\w,']+){0,8}?\s+(?:is|would\s+be)\s*:?"
     r"|\b(?:option|choice)\s+(?:is|would\s+be)|=\s*(?=(?:option|choice)\s)"
     r"|\bresponse\s*[:：]|\bit(?:'s|\s+is)(?=\s*[\(\[][A-Ja-j][\)\]])"
     r"|\b(?:i|we)\s*(?:would\s+|will\s+|'ll\s+|'d\s+|shall\s+|should\s+|must\s+|can\s+)?"
@@ -65,23 +67,30 @@ _CUE = re.compile(
     r"|(?:(?<=[故应應，,。：:\s])|(?<=所以|因此|本题|此题)|\A)选(?:择)?(?!项|出)"
     r"|(?<=[的项])是(?=\s*\[\s*[A-J]\s*\]|\s*[A-J](?:[。.，,；;\s]|$))|(?:我的)?回答\s*(?:是|为|:|：)"
     r"|(?:答え|正解|(?:正しい|適切な)(?:選択肢|答え|もの))\s*(?:は|:|：)"
+    r"|정답\s*(?:은|는|:|：)?|<answer>|\(answer\)|\((?:X|x)\)(?=[ \t]*[\(\[]?[A-J](?:$|[\s).:,]))"
     r")"
-    r"\s*[:：=]?\s*(?:is\s+)?(?:(?:option|choice|letter|sentence|statement|number)\s*[:：]?\s*)?",
+    r"[\"'”’>)\]】]?\s*[:：=]?\s*(?:is\s+)?(?:(?:option|choice|letter|sentence|statement|number)\s*[:：]?\s*)?",
     re.IGNORECASE,
 )
 _FIRST = re.compile(
     r"([A-J])\s*[\)\]]?,?\s+(?:which\s+)?(?:is|would\s+be|seems|appears)\s+(?:to\s+be\s+)?"
     r"(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate|answer)\b(?!\s+only\b|\s+if\b)",
 )
+_NAMED_RIGHT = re.compile(
+    r"\(?([A-J])\)\s+[^.\n]{1,60}?\s+(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate)\s+"
+    r"(?:answer|option|choice)|\b(?:is|be)\s+(?:option\s+)?\(?([A-J])\)\s+(?=[A-Z])")
+"""An option named with its text and said to be right ("option C) 45° is the correct answer"), or stated as
+"... is B) Production of ..."."""
 """A letter that says it is the answer: "(D) is the correct answer", "Option C is correct" (the letter must not
 end a word: checked where it matches, which lets the regex scan for its first character fast)."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
 _BOLD_OPTION = re.compile(r"\*\*\(?([A-J])[.)]\s+[^*\n]{1,120}\*\*")
+_LIST_ITEM = re.compile(r"\s*(?:[-*•+]|\d{1,2}[.)])\s*")
 _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
 _ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
                           re.IGNORECASE)
 _LETTER_AND_TEXT = re.compile(r"(?:[\(\[]\s*([A-J])\s*[\)\]]|([A-J])\s*[).:])\s*\S")
-_ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.):：\n。、]|[\u3000-\u9fff])")
+_ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.):：\n。、<]|[\u3000-\u9fff])")
 _CJK_RIGHT = re.compile(r"(?:选项\s*([A-J])|([A-J])\s*选项)\s*(?:是|为)?\s*(?:正确|對|对)(?!与否)")
 """A Chinese statement that an option is right: "选项A正确", "A选项是正确的"."""
 _LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|\s*\(|\s*\n|\s*$)", re.IGNORECASE)
@@ -92,11 +101,11 @@ _BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
 _FIRST_HINT = re.compile(r"correct|right|best|true|accurate|answer", re.IGNORECASE)
 _CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
-              "正解", "正しい", "適切")
+              "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only")
 """Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
 at every character)."""
-_EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|format)[^\n]{0,40}\Z",
-                      re.IGNORECASE)
+_EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
+                      r"[^\n]{0,40}\Z", re.IGNORECASE)
 _EXAMPLE_WORDS = ("例", "比如", "e.g", "example", "instance", "such as", "format")
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
 _MARKER = re.compile(r"^[ \t#*>\-]*(?:final\s+answer|correct\s+answer|answer|ans|最终答案|正确答案|答案)"
@@ -104,7 +113,8 @@ _MARKER = re.compile(r"^[ \t#*>\-]*(?:final\s+answer|correct\s+answer|answer|ans
 """An answer marker opening a text's last line ("Answer:", "【答案】:"): what follows it is the final statement."""
 _NONE_AFTER = re.compile(
     r"\s*(?:is|would\s+be|should\s+be|:|：|是|为)?\s*[\(\[]?\s*(?:none\s+of\s+(?:the\s+)?(?:above|options|choices|these|"
-    r"them)|neither\b|no\s+(?:correct\s+)?(?:option|choice|answer)\b)", re.IGNORECASE)
+    r"them)|neither\b|no\s+(?:correct\s+)?(?:option|choice|answer)\b)"
+    r"|\s+(?:cannot|can't|can\s+not)\s+be\s+(?:determined|decided|known)", re.IGNORECASE)
 """After "answer": a statement that no option is the answer ("the answer is none of the above")."""
 _NONE_CJK = re.compile(r"以上(?:选项)?(?:都|均)(?:不|错)|都不(?:对|正确)|无法(?:确定|判断|选择)"
                        r"|(?:题目|选项)(?:可能)?有误")
@@ -196,7 +206,8 @@ class ChoiceAnswer(AnswerKind):
         lines = [line for line in clean.splitlines() if line.strip()]
         while len(lines) > 1 and _PLEASANTRY.match(lines[-1]):
             lines.pop()
-        return self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines) or self._leading(clean)
+        return (self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines) or self._leading(clean)
+                or self._only_bracketed(clean))
 
     def key(self, answer: str) -> str | None:
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
@@ -220,13 +231,18 @@ class ChoiceAnswer(AnswerKind):
         for m in _cues(clean, low):
             if not (examples and _EXAMPLE.search(clean, max(0, m.start() - 60), m.start())):
                 found(m.start(), self._after_cue(clean, m.end()))
-        for m in _CJK_RIGHT.finditer(clean):
+        for m in _CJK_RIGHT.finditer(clean, 0 if best is None else best[0]) if "选项" in clean else ():
             letter = m.group(1) or m.group(2)
             found(m.start(), letter if letter in self.letters else None)
-        if _FIRST_HINT.search(clean):
-            for m in _FIRST.finditer(clean):
+        after = 0 if best is None else best[0]  # only a later statement can change the choice
+        if _FIRST_HINT.search(clean, after):
+            for m in _FIRST.finditer(clean, after):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
                     found(m.start(), m.group(1))
+        if best is None and ")" in clean:  # weaker than a cue: read only where none stated a choice
+            for m in _NAMED_RIGHT.finditer(clean):
+                letter = m.group(1) or m.group(2)
+                found(m.start(), letter if letter in self.letters else None)
         if any(word in clean for word in ("最も", "正解", "正しい", "適切")):
             for m in _JA_RIGHT.finditer(clean):
                 found(m.start(), m.group(1).upper() if m.group(1).upper() in self.letters else None)
@@ -286,12 +302,27 @@ class ChoiceAnswer(AnswerKind):
             return None
         sentences = [part for part in re.split(r"(?<=[.!?。])\s+(?=\S)", lines[-1].strip()) if part.strip()]
         tail = sentences[-1] if sentences else lines[-1]
-        if len(tail) < 4 and len(sentences) > 1:  # "(C)." alone: with the sentence before it
-            tail = sentences[-2] + " " + tail
+        alone = _BRACKETED.fullmatch(tail.strip().rstrip("."))
+        if alone is not None:  # "... under GASB standards. (B)": the letter alone closes the text
+            return alone.group(1).upper() if alone.group(1).upper() in self.letters else None
         if _DENIED.search(tail):  # "The answer is not (A).", "(B) is wrong."
             return None
         letters = {m.upper() for m in _BRACKETED.findall(tail)}
         return letters.pop() if len(letters) == 1 and next(iter(letters)) in self.letters else None
+
+    def _only_bracketed(self, clean: str) -> str | None:
+        """The one bracketed letter a text names at all, in a sentence that does not deny it: "... helps decrease
+        variance (D). When multiple trees ..."."""
+        found = list(_BRACKETED.finditer(clean))
+        if not found or len({m.group(1).upper() for m in found}) != 1:
+            return None
+        m = found[-1]
+        start = max(clean.rfind(".", 0, m.start()), clean.rfind("\n", 0, m.start())) + 1
+        ends = [at for at in (clean.find(".", m.end()), clean.find("\n", m.end())) if at >= 0]
+        if _DENIED.search(clean[start: min(ends) if ends else len(clean)]):
+            return None
+        letter = m.group(1).upper()
+        return letter if letter in self.letters and m.group(1).isupper() else None
 
     def _leading(self, clean: str) -> str | None:
         """The choice a text opens with, when it states none later: "c (retinal photocoagulation)"."""
@@ -300,9 +331,13 @@ class ChoiceAnswer(AnswerKind):
 
     def _bold_option(self, text: str) -> str | None:
         """An option set in bold near the end, letter and text: "The compound is **D. ethyl 4-aminobenzoate**."."""
-        found = _BOLD_OPTION.findall(text[-400:])
-        if found and found[-1] in self.letters:
-            return found[-1]
+        found = list(_BOLD_OPTION.finditer(text[-400:]))
+        if found and found[-1].group(1) in self.letters:
+            last = found[-1]
+            line = text[-400:][: last.start()].rsplit("\n", 1)[-1]
+            listed = not line.strip() or _LIST_ITEM.fullmatch(line) is not None  # "* **D) ...:** ..." weighs options
+            if not listed or len({m.group(1) for m in _BOLD_OPTION.finditer(text)}) == 1:
+                return last.group(1)
         if self._options:  # an option's text in bold: "the product is **2-methylbutan-2-ol**"
             named = [self._options.get(_plain(span)) for span in re.findall(r"\*\*([^*\n]{1,200})\*\*", text[-600:])]
             named = [letter for letter in named if letter]
@@ -312,7 +347,7 @@ class ChoiceAnswer(AnswerKind):
     def _named_option(self, lines: list[str]) -> str | None:
         """With the options known and no choice stated: the one option the text opens with ("No, ..."), else the
         one option the last sentence that names any names ("... is Tokyo."), among the last line's last three."""
-        first = re.match(r"\s*([^,.;:!?\n]{1,60})[,.;:!?]", lines[0])
+        first = re.match(r"\s*([^,.;:!?\n]{1,60})(?:[,.;:!?]|\s*$)", lines[0])
         if first is not None and (letter := self._options.get(_plain(first.group(1)))) is not None:
             return letter
         sentences = [part for part in re.split(r"(?<=[.!?。])\s+", lines[-1].strip()) if part.strip()]
@@ -417,11 +452,13 @@ def _boxes(marked: str) -> list[tuple[int, str]]:
 def _clean(text: str) -> str:
     """A text with its markup read through: wrappers unwrapped, emphasis and math delimiters gone, and every
     ``\\boxed{`` (or ``\\fbox{``) marked as NUL and its brace."""
-    text = _BOXED.sub(_BOX + "{", text.replace(_BOX, " ").translate(_WIDE))
-    previous = None
-    while previous != text:
-        previous, text = text, _WRAPPERS.sub(r"\1", text)
-    return _MARKS.sub("", text)
+    text = text.replace(_BOX, " ").translate(_WIDE)
+    if "\\" in text:  # LaTeX: boxes marked, wrappers unwrapped (nested ones too)
+        text = _BOXED.sub(_BOX + "{", text)
+        previous = None
+        while previous != text:
+            previous, text = text, _WRAPPERS.sub(r"\1", text)
+    return _MARKS.sub("", text) if any(mark in text for mark in _MARK_CHARS) else text
 
 
 _PUNCTUATION = re.compile(r"[\s.,;:!?'\"()\[\]{}]+|\\sim|\\approx|~|≈")

@@ -231,6 +231,23 @@ ENTRIES = [
      "我的回答是：\n所有权归丙。", "C", None),
     ("Options:\n(A) red\n(B) blue\n(C) green\n\nThe answer is green.", "C", None),
     ("A. 1 mol\nB. 2 mol\nC. 3 mol\nD. 4 mol\n\nThe reaction consumes 2 mol of oxygen.\nAnswer: 2 mol", "B", None),
+    # Third round: JSON and tagged answers, Korean, echoed "(X)" placeholders, an option named with its text.
+    ('```json\n{\n    "reasoning": "Amylase in saliva starts digesting starch.",\n    "answer": "B"\n}\n```', "B",
+     None),
+    ('{"answer": "d", "confidence": 0.8}', "D", None),
+    ("<think>\nThe sign says one way.\n</think>\n<answer>C</answer>", "C", None),
+    ("<think>\nIt needs wind to fly.\n</think>\n<answer>a</answer>", "A", None),
+    ("따라서 정답은 C입니다.", "C", None),
+    ("보기 중 pyruvate가 D번에 있다.\n정답: D", "D", None),
+    ("The rest do not apply.\n\n(X) B", "B", None),
+    ("So the most likely outcome of the mutation is C) A truncated, non-functional protein.", "C", None),
+    ("Thus, option B) 30° is the correct answer.", "B", None),
+    ("The result is called a khipu (D). It recorded census data and accounts.", "D", None),
+    ("Each student proposed a different answer. The correct answer cannot be determined from their reasoning.",
+     None, None),
+    ("* **A) Pulmonary atresia:** the lung fields would be oligemic.\n* **B) Tetralogy of Fallot:** this causes "
+     "cyanosis, but the X-ray typically shows", None, None),
+    ("The others fail the boundary condition, so only one remains. (C)", "C", None),
 ]
 
 out = Path(__file__).with_suffix(".jsonl")
