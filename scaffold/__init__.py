@@ -21,6 +21,7 @@ from scaffold._answers import Equivalence, Extractor, equivalent, extract_boxed,
 from scaffold._budget import Budget
 from scaffold._builder import Input
 from scaffold._clock import MONOTONIC, Clock
+from scaffold._confidence import trace_confidence
 from scaffold._control import loop
 from scaffold._data import DATASETS, HUB_DATASETS, HubDataset, ShippedDataset, load_problems
 from scaffold._errors import (
@@ -124,6 +125,10 @@ def __getattr__(name: str) -> _Any:
         from scaffold import store
 
         return getattr(store, name)
+    if name in ("replay", "ReplayReport"):  # reads the store: loaded on first use too
+        from scaffold.evaluation import _replay
+
+        return getattr(_replay, name)
     raise AttributeError(f"module 'scaffold' has no attribute {name!r}")
 
 
@@ -219,6 +224,10 @@ __all__ = [
     "RunInfo",
     "Totals",
     "close_stores",
+    # replaying recorded samples
+    "replay",
+    "ReplayReport",
+    "trace_confidence",
     # records
     "Trace",
     "TraceKind",

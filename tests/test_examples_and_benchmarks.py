@@ -269,6 +269,16 @@ def test_answers_benchmark_ends_with_its_json_keys() -> None:
     assert figures["held_out"] >= 300 and 0 <= figures["choice_baseline"] < figures["choice_accuracy"] <= 1
 
 
+def test_replay_benchmark_ends_with_its_json_keys() -> None:
+    """benchmarks/replay.py with fewer draws: one JSON line; no model call while replaying, the replayed votes near
+    their exact hypergeometric expectation."""
+    figures = last_json(run("benchmarks/replay.py", "--draws", "100"))
+    check_keys(figures, {"bench": str, "replay_problem_k_per_s": int, "replay_direct_per_s": int, "replay_calls": int,
+                         "replay_exact_gap": NUMBER, "problems": int, "samples": int, "draws": int})
+    assert figures["bench"] == "replay" and figures["replay_calls"] == 0 and figures["draws"] == 100
+    assert figures["replay_exact_gap"] < 0.03 and figures["replay_problem_k_per_s"] > figures["replay_direct_per_s"]
+
+
 def test_evaluation_benchmark_ends_with_its_json_keys() -> None:
     """benchmarks/evaluation.py on a few problems: one JSON line; every problem scored, every trace rewarded."""
     out = run("benchmarks/evaluation.py", "--problems", "5")

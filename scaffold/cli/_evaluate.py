@@ -369,8 +369,9 @@ def render(report: Any) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(reports: Sequence[Any], out: Path) -> list[Path]:
-    """``report.json``, ``problems.csv``, the comparison table (Markdown and CSV) and the plots, in ``out``."""
+def write_outputs(reports: Sequence[Any], out: Path, replays: Sequence[Any] = ()) -> list[Path]:
+    """``report.json``, ``problems.csv``, the comparison table (Markdown and CSV) and the plots, in ``out``
+    (``replays``: their curves join the budget plots, and ``replay.json`` holds them)."""
     import csv
 
     from scaffold.evaluation import comparison_rows, to_csv, to_markdown
@@ -394,10 +395,13 @@ def write_outputs(reports: Sequence[Any], out: Path) -> list[Path]:
     (out / "compare.md").write_text(to_markdown(rows) + "\n")
     (out / "compare.csv").write_text(to_csv(rows))
     written += [summary, problems, out / "compare.md", out / "compare.csv"]
+    if replays:
+        (out / "replay.json").write_text(json.dumps([r.summary() for r in replays], indent=2) + "\n")
+        written.append(out / "replay.json")
     if absent(["matplotlib"]):  # the tables are written; the evaluation is not lost for want of a plot
         click.echo(f"no plots: they need matplotlib ({install_hint('matplotlib')})", err=True)
     else:
-        written += write_plots(reports, out)
+        written += write_plots(reports, out, replays=replays)
     return written
 
 

@@ -41,6 +41,7 @@ from scaffold.cli._evaluate import eval_command
 from scaffold.cli._extras import missing_dependency
 from scaffold.cli._graph import graph_group
 from scaffold.cli._pocket import pocket
+from scaffold.cli._replay import replay_command
 from scaffold.cli._run import run_command
 from scaffold.cli._runs import runs
 from scaffold.cli._serve import serve_command
@@ -93,6 +94,7 @@ def main(ctx: click.Context, target: str | None) -> None:
       scaffold graph show rsa -p n=8 -p steps=3
       scaffold eval rsa --model openai/gpt-4o-mini --data math500 --limit 100 -p n=8 -p steps=1,3 --out out/rsa
       scaffold compare --list
+      scaffold replay --from sc64 --method vote --method deepconf   # SC@1..64 from recorded samples, no calls
       scaffold runs list --since 2h
       scaffold runs show 3f2a9c
       python -m scaffold runs list --json
@@ -116,6 +118,7 @@ main.add_command(runs)
 main.add_command(pocket)
 main.add_command(eval_command)
 main.add_command(compare)
+main.add_command(replay_command)
 main.add_command(data_group)
 main.add_command(run_command)
 main.add_command(graph_group)

@@ -35,8 +35,10 @@ from scaffold.evaluation._plots import (
     plot_budget,
     plot_majority_gain,
     plot_pass_at_k,
+    replay_points,
     write_plots,
 )
+from scaffold.evaluation._replay import METHODS, ReplayPoint, ReplayReport, replay
 from scaffold.evaluation._report import EVAL_SOURCE, Estimate, EvalReport, ProblemOutcome, load_report
 
 __all__ = [
@@ -48,6 +50,11 @@ __all__ = [
     "ProblemOutcome",
     "Estimate",
     "EVAL_SOURCE",
+    # replaying recorded samples with no model call
+    "replay",
+    "ReplayReport",
+    "ReplayPoint",
+    "METHODS",
     # comparing evaluations
     "comparison_rows",
     "paired_difference",
@@ -58,6 +65,7 @@ __all__ = [
     "COLUMNS",
     # plots
     "budget_points",
+    "replay_points",
     "BudgetPoint",
     "plot_budget",
     "plot_pass_at_k",

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from scaffold.evaluation._replay import ReplayReport
+
 BudgetAxis = Literal["tokens", "cost"]
 
 _AXIS_TITLES = {"tokens": "tokens per problem", "cost": "dollars per problem"}
@@ -98,6 +100,29 @@ def budget_points(reports: Iterable[EvalReport], x: BudgetAxis = "tokens") -> di
     params = {report.name: _params(report) for report in reports_list}
     return {graph: sorted(_varying_labels(points, params), key=lambda p: (p.x, p.name))
             for graph, points in series.items()}
+
+
+def replay_points(replays: Iterable[ReplayReport], x: BudgetAxis = "tokens") -> dict[str, list[BudgetPoint]]:
+    """Replayed curves as plot data: ``"replay: METHOD (NAME)"`` -> one point per k, by budget (a curve whose
+    dollars are unknown is left out of a cost plot).
+
+    Examples:
+        >>> from scaffold.evaluation import Estimate, ReplayPoint, ReplayReport
+        >>> point = ReplayPoint("vote", 4, Estimate(0.6, 0.5, 0.7), tokens=400.0, cost=None)
+        >>> found = replay_points([ReplayReport("sc16", "samples", 16, 10, 200, 0, (point,))])
+        >>> [(name, [(p.label, p.x) for p in points]) for name, points in found.items()]
+        [('replay: vote (sc16)', [('k=4', 400.0)])]
+    """
+    series: dict[str, list[BudgetPoint]] = {}
+    for replayed in replays:
+        for point in replayed.points:
+            budget = point.tokens if x == "tokens" else point.cost
+            if budget is None or not math.isfinite(budget):
+                continue
+            series.setdefault(f"replay: {point.method} ({replayed.name})", []).append(BudgetPoint(
+                name=replayed.name, label=f"k={point.k}", x=budget, accuracy=point.accuracy.value,
+                low=point.accuracy.low, high=point.accuracy.high))
+    return {name: sorted(points, key=lambda p: p.x) for name, points in series.items()}
 
 
 def _params(report: EvalReport) -> dict[str, Any]:
@@ -173,8 +198,11 @@ def _clip(text: str, limit: int = 32) -> str:
 
 
 def plot_budget(reports: Iterable[EvalReport], path: str | Path, *, x: BudgetAxis = "tokens",
-                title: str | None = None) -> Path:
+                title: str | None = None, replays: Iterable[ReplayReport] = ()) -> Path:
     """Accuracy against tokens (or dollars, ``x="cost"``) per problem, one line per topology; returns the PNG's path.
+
+    ``replays`` (:func:`~scaffold.evaluation.replay`) add their rules' curves over k, dashed, beside the live
+    evaluations.
 
     Each point carries its confidence interval as an error bar and its label (see
     :func:`budget_points`); the x axis is logarithmic unless some budget is zero. Parent folders
@@ -194,21 +222,30 @@ def plot_budget(reports: Iterable[EvalReport], path: str | Path, *, x: BudgetAxi
         >>> out.name, out.read_bytes()[:4]
         ('budget.png', b'\\x89PNG')
     """
-    series = budget_points(reports, x)
-    if not series:
+    chosen = list(reports)
+    replayed = replay_points(replays, x)
+    try:
+        series = budget_points(chosen, x) if chosen else {}
+    except EvaluationError:
+        if not replayed:
+            raise
+        series = {}
+    if not series and not replayed:
         raise EvaluationError("no evaluation to plot: no report has a budget that is a number")
     figure = _figure()
     axes = figure.add_subplot()
-    for index, (graph, points) in enumerate(series.items()):
+    dashed = set(replayed)
+    for index, (graph, points) in enumerate({**series, **replayed}.items()):
         xs = [p.x for p in points]
         ys = [p.accuracy for p in points]
         errors = [[max(0.0, p.accuracy - p.low) for p in points], [max(0.0, p.high - p.accuracy) for p in points]]
-        axes.errorbar(xs, ys, yerr=errors, fmt="-o", capsize=3, color=_colour(index), label=graph)
+        axes.errorbar(xs, ys, yerr=errors, fmt="--s" if graph in dashed else "-o", capsize=3, color=_colour(index),
+                      label=graph)
         for point in points:
             note = axes.annotate(_clip(point.label), (point.x, point.accuracy), textcoords="offset points",
                                  xytext=(5, 5), fontsize=8, color=_colour(index))
             note.set_in_layout(False)  # a long label must not shrink the axes
-    if all(p.x > 0 for points in series.values() for p in points):
+    if all(p.x > 0 for points in (*series.values(), *replayed.values()) for p in points):
         axes.set_xscale("log")
     axes.margins(x=0.15)  # room for the labels of the outermost points
     axes.set_xlabel(_AXIS_TITLES[x])
@@ -346,8 +383,10 @@ def gain_bin_label(gain_bin: GainBin, *, first: bool = False) -> str:
     return f"{'[' if first else '('}{gain_bin.low:g}, {gain_bin.high:g}]"
 
 
-def write_plots(reports: Iterable[EvalReport], out_dir: str | Path) -> list[Path]:
+def write_plots(reports: Iterable[EvalReport], out_dir: str | Path,
+                replays: Iterable[ReplayReport] = ()) -> list[Path]:
     """Every plot the reports have data for, as PNGs in ``out_dir`` (created); returns the paths written.
+    ``replays`` join the accuracy-against-budget plots.
 
     Always ``accuracy_vs_tokens.png``; ``accuracy_vs_cost.png`` when some report's cost is known,
     ``pass_at_k.png`` when some report has pass@k values and ``majority_gain.png`` when some
@@ -365,10 +404,11 @@ def write_plots(reports: Iterable[EvalReport], out_dir: str | Path) -> list[Path
         ['accuracy_vs_tokens.png']
     """
     chosen = list(reports)
+    replayed = list(replays)
     folder = Path(out_dir)
-    written = [plot_budget(chosen, folder / "accuracy_vs_tokens.png")]
+    written = [plot_budget(chosen, folder / "accuracy_vs_tokens.png", replays=replayed)]
     if any(report.cost is not None and math.isfinite(report.cost.value) for report in chosen):
-        written.append(plot_budget(chosen, folder / "accuracy_vs_cost.png", x="cost"))
+        written.append(plot_budget(chosen, folder / "accuracy_vs_cost.png", x="cost", replays=replayed))
     if any(report.pass_at_k for report in chosen):
         written.append(plot_pass_at_k(chosen, folder / "pass_at_k.png"))
     if any(b.problems for report in chosen for b in report.gain):

@@ -286,6 +286,16 @@ class Store:
         with self.engine.connect() as conn:
             return evaluations.answer_traces(conn, run_ids)
 
+    def node_traces(self, run_ids: Sequence[str], node: str, *, texts: bool = False,
+                    logprobs: bool = False) -> dict[str, list[Trace]]:
+        """Each run's finished model traces of ``node`` by index: answers, usage, cost and metadata (texts and
+        logprobs when asked), for replaying rules over recorded samples (:func:`scaffold.replay`)."""
+        from scaffold.store import _evaluations as evaluations
+
+        self.flush()
+        with self.engine.connect() as conn:
+            return evaluations.node_traces(conn, run_ids, node, texts=texts, logprobs=logprobs)
+
     def rewards_of(self, run_ids: Sequence[str], *, source: str) -> list[dict[str, Any]]:
         """The rewards given by ``source`` to the runs in ``run_ids`` and their calls."""
         from scaffold.store import _evaluations as evaluations

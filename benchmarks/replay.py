@@ -1,0 +1,121 @@
+"""Replay: rule topologies over recorded samples, at every k, with no model call.
+
+Measures, printing each figure beside its baseline from the same run:
+
+- ``replay_problem_k_per_s``: evaluations of (problem, k, draw) per second on one core, for majority votes over a
+  recorded self-consistency evaluation (40 problems x 64 samples, every k from 1 to 64, 200 draws). Baseline: the
+  direct way, one ``cluster_answers`` vote (what ``sf.vote`` runs) per random k-subset.
+- ``replay_calls``: model calls made while replaying (the backend counts them): 0 for rule topologies.
+- ``replay_exact_gap``: the largest gap over k between the replayed majority@k and its exact expectation computed
+  from the multivariate hypergeometric law (independently, with fractions).
+
+Usage: python benchmarks/replay.py [--draws 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import random
+import sys
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import scaffold as sf  # noqa: E402
+from scaffold._rules import cluster_answers  # noqa: E402
+from scaffold._types import Completion, Trace, Usage  # noqa: E402
+from scaffold.evaluation import evaluate  # noqa: E402
+from scaffold.evaluation._replay import _read_problem, replay_problem  # noqa: E402
+from scaffold.testing import ScriptedBackend  # noqa: E402
+
+PROBLEMS, SAMPLES = 40, 64
+
+
+@sf.graph
+def self_consistency(problem, *, n: int = 8):
+    return sf.vote(sf.sample("{problem}", model="m", n=n))
+
+
+def exact_vote(counts: list[int], k: int) -> float:
+    """Majority@k from cluster sizes (cluster 0 right), ties split evenly: the hypergeometric expectation."""
+    n, total = sum(counts), Fraction(0)
+    for drawn in itertools.product(*(range(min(c, k) + 1) for c in counts)):
+        if sum(drawn) == k:
+            top = max(drawn)
+            tied = [i for i, d in enumerate(drawn) if d == top]
+            ways = math.prod(math.comb(c, d) for c, d in zip(counts, drawn))
+            total += Fraction(ways, math.comb(n, k)) * Fraction(int(0 in tied), len(tied))
+    return float(total)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--draws", type=int, default=200)
+    args = parser.parse_args()
+    rng = random.Random(0)
+    plans, sizes = {}, {}
+    for i in range(PROBLEMS):  # a right answer "1" and three wrong ones, in shares that vary by problem
+        weights = [rng.random() + 0.2 for _ in range(4)]
+        counts = [int(SAMPLES * w / sum(weights)) for w in weights]
+        counts[0] += SAMPLES - sum(counts)
+        answers = [str(c + 1) for c, size in enumerate(counts) for _ in range(size)]
+        rng.shuffle(answers)
+        plans[f"problem {i}"] = answers
+        sizes[f"problem {i}"] = counts
+    backend = ScriptedBackend(lambda request: Completion(
+        text=f"\\boxed{{{plans[request.messages[-1][1]].pop()}}}", usage=Usage(20, 30)))
+    rows = [{"problem": p, "answer": "1"} for p in plans]
+    with tempfile.TemporaryDirectory() as folder:
+        store = sf.Store(str(Path(folder) / "replay.db"))
+        evaluate(self_consistency.build(n=SAMPLES), rows, {"m": backend}, name="sc64", store=store)
+        calls = backend.calls
+        started = time.perf_counter()
+        report = sf.replay(store, "sc64", ks=range(1, SAMPLES + 1), draws=args.draws)
+        whole = time.perf_counter() - started
+        replay_calls = backend.calls - calls
+        samples = store.node_traces([f"sc64-{i}" for i in range(PROBLEMS)], report.samples_node)
+        store.close()
+    print(f"recorded: {PROBLEMS} problems x {SAMPLES} samples; sf.replay (store read included) {whole:.2f} s, "
+          f"{replay_calls} model calls")
+
+    scored = {run_id: {None: {"metadata": {"reference": "1"}}} for run_id in samples}
+    problems = [_read_problem(found, SAMPLES, scored[run_id], "1", sf.equivalent, None, None, "lowest_group", 2048,
+                              ("vote",)) for run_id, found in samples.items()]
+    ks = list(range(1, SAMPLES + 1))
+    started = time.perf_counter()
+    draw_rng = random.Random(1)
+    for problem in problems:
+        replay_problem(problem, ks, methods=("vote",), draws=args.draws, rng=draw_rng)
+    seconds = time.perf_counter() - started
+    rate = PROBLEMS * len(ks) * args.draws / seconds
+
+    answers = [[t.answer for t in found] for found in samples.values()]
+    direct_count, started = 0, time.perf_counter()
+    naive_rng = random.Random(2)
+    while time.perf_counter() - started < 2.0:
+        for problem in answers:
+            k = naive_rng.randint(1, SAMPLES)
+            subset = naive_rng.sample(problem, k)
+            traces = [Trace(id=str(i), run_id="", node="", index=i, answer=a) for i, a in enumerate(subset)]
+            cluster_answers(traces)
+            direct_count += 1
+    direct_rate = direct_count / (time.perf_counter() - started)
+    print(f"replay: {rate:,.0f} (problem, k, draw) evaluations/s on one core; direct votes {direct_rate:,.0f}/s "
+          f"(x{rate / direct_rate:.0f})")
+
+    gap = max(abs(report.at("vote", k).accuracy.value - sum(exact_vote(c, k) for c in sizes.values()) / PROBLEMS)
+              for k in (1, 2, 3, 4, 8, 16))
+    print(f"largest gap to the exact hypergeometric majority@k (k = 1, 2, 3, 4, 8, 16): {gap:.4f}")
+    print(json.dumps({"bench": "replay", "replay_problem_k_per_s": round(rate), "replay_direct_per_s":
+                      round(direct_rate), "replay_calls": replay_calls, "replay_exact_gap": round(gap, 4),
+                      "problems": PROBLEMS, "samples": SAMPLES, "draws": args.draws}))
+
+
+if __name__ == "__main__":
+    main()
