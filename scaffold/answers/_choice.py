@@ -39,6 +39,7 @@ only when its tail states none."""
 
 _WRAPPERS = re.compile(r"\\(?:text|textbf|textit|texttt|mathrm|mathbf|mathit|mathsf|operatorname|emph|underline)"
                        r"\s*\{([^{}]*)\}")
+_BARE_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s+(?=[A-Za-z])")
 _MARK_CHARS = ("*", "_", "\\", "$", "`")
 """Characters that start a mark of :data:`_MARKS` (a text without any has none)."""
 _MARKS = re.compile(r"\*\*|__|\\\(|\\\)|\\\[|\\\]|\$|`|\\displaystyle|\\left|\\right|\\quad|\\qquad|\\;|\\,|\\!")
@@ -50,13 +51,14 @@ _NOT_ARTICLE = re.compile(r"[Aa][ \t]+(?!is\b|are\b|was\b|and\b|or\b|because\b|s
                           r"need|have|had|do|did|'m|'d|'ll)\b")
 _CUE = re.compile(
     r"(?:"
-    r"\b(?:answer|ans\b)(?:\s+choice)?(?:\s+to\s+(?:this|the)\s+question)?\s*(?:is|would\s+be|should\s+be|will\s+be|"
+    r"\b(?:answer|ans\b)(?:\s+choice|_?(?:choice|letter|option|key))?(?:\s+to\s+(?:this|the)\s+question)?\s*"
+    r"(?:is|would\s+be|should\s+be|will\s+be|"
     r"must\s+be|=|:|：|-|–|—)?"
     r"|\b(?:correct|right|best|final|only\s+correct)\s+(?:option|choice|letter|response|selection)\s*"
     r"(?:(?:here\s+)?is|would\s+be|should\s+be|=|:|：)?"
     r"|\b(?:correct|best|closest|right|only|most\s+(?:\w+\s+){0,2}?)\s*"
     r"(?:answer|option|choice|statement|response|match)(?:\s+[\w,']+){0,8}?\s+(?:is|would\s+be)\s*:?"
-    r"|\b(?:option|choice)\s+(?:is|would\s+be)|=\s*(?=(?:option|choice)\s)"
+    r"|\b(?:option|choice)\s+(?:is|would\s+be)|=\s*(?=(?:option|choice)\s)|\bwhich\s+is\s+(?=(?:option|choice)\s)"
     r"|\bresponse\s*[:：]|\bit(?:'s|\s+is)(?=\s*[\(\[][A-Ja-j][\)\]])"
     r"|\b(?:i|we)\s*(?:would\s+|will\s+|'ll\s+|'d\s+|shall\s+|should\s+|must\s+|can\s+)?"
     r"(?:choose|pick|select|go\s+with|opt\s+for)"
@@ -85,6 +87,10 @@ _NAMED_RIGHT = re.compile(
 end a word: checked where it matches, which lets the regex scan for its first character fast)."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
 _BOLD_OPTION = re.compile(r"\*\*\(?([A-J])[.)]\s+[^*\n]{1,120}\*\*")
+_OPTION_VERDICT = re.compile(r"\s*(?:[-*•+]\s*)?(?:option\s+)?\(?([A-J])[.):]\s[^\n]{0,200}?\b(?:this|it|which)\s+"
+                             r"(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(correct|right|true|accurate|best)\b[^\n]*",
+                             re.IGNORECASE)
+"""An option's line with a verdict that it is right ("- B. text: This is correct because ...")."""
 _LIST_ITEM = re.compile(r"\s*(?:[-*•+]|\d{1,2}[.)])\s*")
 _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
 _ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
@@ -101,7 +107,7 @@ _BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
 _FIRST_HINT = re.compile(r"correct|right|best|true|accurate|answer", re.IGNORECASE)
 _CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
-              "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only")
+              "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which")
 """Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
 at every character)."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
@@ -207,7 +213,7 @@ class ChoiceAnswer(AnswerKind):
         while len(lines) > 1 and _PLEASANTRY.match(lines[-1]):
             lines.pop()
         return (self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines) or self._leading(clean)
-                or self._only_bracketed(clean))
+                or self._only_bracketed(clean) or self._judged_option(lines))
 
     def key(self, answer: str) -> str | None:
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
@@ -323,6 +329,16 @@ class ChoiceAnswer(AnswerKind):
             return None
         letter = m.group(1).upper()
         return letter if letter in self.letters and m.group(1).isupper() else None
+
+    def _judged_option(self, lines: list[str]) -> str | None:
+        """Options weighed one per line, only one of them said to be right: "B. turn sunlight into food energy:
+        This is correct because ..." among lines that say "incorrect"."""
+        right = set()
+        for line in lines:
+            m = _OPTION_VERDICT.match(line)
+            if m is not None:
+                right.add(m.group(1))
+        return right.pop() if len(right) == 1 and next(iter(right)) in self.letters else None
 
     def _leading(self, clean: str) -> str | None:
         """The choice a text opens with, when it states none later: "c (retinal photocoagulation)"."""
@@ -458,6 +474,7 @@ def _clean(text: str) -> str:
         previous = None
         while previous != text:
             previous, text = text, _WRAPPERS.sub(r"\1", text)
+        text = _BARE_WRAPPER.sub("", text)  # "\text A": a wrapper without braces
     return _MARKS.sub("", text) if any(mark in text for mark in _MARK_CHARS) else text
 
 

@@ -248,6 +248,13 @@ ENTRIES = [
     ("* **A) Pulmonary atresia:** the lung fields would be oligemic.\n* **B) Tetralogy of Fallot:** this causes "
      "cyanosis, but the X-ray typically shows", None, None),
     ("The others fail the boundary condition, so only one remains. (C)", "C", None),
+    # Fourth round: answer keys with a suffix, "which is option x", a bare \text, options judged line by line.
+    ('{"step_by_step_thinking": "Fomepizole blocks alcohol dehydrogenase.", "answer_choice": "D"}', "D", None),
+    ('{"reasoning": "Both documents agree.", "answer_letter": "b"}', "B", None),
+    ("none of the options match 26, so the correct answer is 4, which is option a.", "A", None),
+    ("因此，正确的是A. 可采食饲料。\n\n\\boxed{\\text A}", "A", None),
+    ("- A. make food from soil: This is incorrect.\n- B. turn sunlight into food energy: This is correct because "
+     "of photosynthesis.\n- C. store energy in roots: This is not relevant.", "B", None),
 ]
 
 out = Path(__file__).with_suffix(".jsonl")
