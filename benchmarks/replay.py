@@ -8,8 +8,11 @@ Measures, printing each figure beside its baseline from the same run:
 - ``replay_calls``: model calls made while replaying (the backend counts them): 0 for rule topologies.
 - ``replay_exact_gap``: the largest gap over k between the replayed majority@k and its exact expectation computed
   from the multivariate hypergeometric law (independently, with fractions).
+- ``import_rows_per_s``: rows of 8 outputs (with model, tokens and cost) imported per second from a JSONL file into
+  a SQLite store (``sf.import_outputs``: checked, recorded, voted and scored). Baseline: the way before it, one
+  ``run_sync`` per row of a vote over the row's outputs given as candidates, recorded in the same kind of store.
 
-Usage: python benchmarks/replay.py [--draws 200]
+Usage: python benchmarks/replay.py [--draws 200] [--import-rows 2000]
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def exact_vote(counts: list[int], k: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--draws", type=int, default=200)
+    parser.add_argument("--import-rows", type=int, default=2000)
     args = parser.parse_args()
     rng = random.Random(0)
     plans, sizes = {}, {}
@@ -112,9 +116,42 @@ def main() -> None:
     gap = max(abs(report.at("vote", k).accuracy.value - sum(exact_vote(c, k) for c in sizes.values()) / PROBLEMS)
               for k in (1, 2, 3, 4, 8, 16))
     print(f"largest gap to the exact hypergeometric majority@k (k = 1, 2, 3, 4, 8, 16): {gap:.4f}")
+    imported, by_hand = import_rates(args.import_rows)
+    print(f"import: {imported:,.0f} rows of 8 outputs/s; one run_sync per row {by_hand:,.0f}/s "
+          f"(x{imported / by_hand:.1f})")
     print(json.dumps({"bench": "replay", "replay_problem_k_per_s": round(rate), "replay_direct_per_s":
                       round(direct_rate), "replay_calls": replay_calls, "replay_exact_gap": round(gap, 4),
+                      "import_rows_per_s": round(imported), "import_by_hand_rows_per_s": round(by_hand),
                       "problems": PROBLEMS, "samples": SAMPLES, "draws": args.draws}))
+
+
+def import_rates(rows: int) -> tuple[float, float]:
+    """Rows per second: ``sf.import_outputs`` of a JSONL file, and one ``run_sync`` per row (on a tenth as many)."""
+    rng = random.Random(3)
+    table = [{"problem": f"problem {i}", "answer": "4", "outputs": [
+        {"text": f"so \\boxed{{{rng.choice([4, 4, 5])}}}", "model": "m", "prompt_tokens": 40,
+         "completion_tokens": 30, "cost": 1e-5} for _ in range(8)]} for i in range(rows)]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "outputs.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in table))
+        store = sf.Store(str(Path(folder) / "imported.db"))
+        started = time.perf_counter()
+        sf.import_outputs(path, store=store, name="imported")
+        imported = rows / (time.perf_counter() - started)
+        store.close()
+        store = sf.Store(str(Path(folder) / "by_hand.db"))
+        few = table[: max(rows // 10, 1)]
+        started = time.perf_counter()
+        for row in few:
+            vote_over.run_sync({"problem": row["problem"], "outputs": row["outputs"]}, models={}, store=store)
+        by_hand = len(few) / (time.perf_counter() - started)
+        store.close()
+    return imported, by_hand
+
+
+@sf.graph
+def vote_over(problem, outputs):
+    return sf.vote(outputs)
 
 
 if __name__ == "__main__":

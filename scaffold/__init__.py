@@ -129,6 +129,10 @@ def __getattr__(name: str) -> _Any:
         from scaffold.evaluation import _replay
 
         return getattr(_replay, name)
+    if name == "import_outputs":
+        from scaffold.evaluation import _import
+
+        return _import.import_outputs
     raise AttributeError(f"module 'scaffold' has no attribute {name!r}")
 
 
@@ -228,6 +232,7 @@ __all__ = [
     "replay",
     "ReplayReport",
     "trace_confidence",
+    "import_outputs",
     # records
     "Trace",
     "TraceKind",

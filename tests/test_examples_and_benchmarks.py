@@ -272,9 +272,11 @@ def test_answers_benchmark_ends_with_its_json_keys() -> None:
 def test_replay_benchmark_ends_with_its_json_keys() -> None:
     """benchmarks/replay.py with fewer draws: one JSON line; no model call while replaying, the replayed votes near
     their exact hypergeometric expectation."""
-    figures = last_json(run("benchmarks/replay.py", "--draws", "100"))
+    figures = last_json(run("benchmarks/replay.py", "--draws", "100", "--import-rows", "300"))
     check_keys(figures, {"bench": str, "replay_problem_k_per_s": int, "replay_direct_per_s": int, "replay_calls": int,
-                         "replay_exact_gap": NUMBER, "problems": int, "samples": int, "draws": int})
+                         "replay_exact_gap": NUMBER, "import_rows_per_s": int, "import_by_hand_rows_per_s": int,
+                         "problems": int, "samples": int, "draws": int})
+    assert figures["import_rows_per_s"] > figures["import_by_hand_rows_per_s"] > 0
     assert figures["bench"] == "replay" and figures["replay_calls"] == 0 and figures["draws"] == 100
     assert figures["replay_exact_gap"] < 0.03 and figures["replay_problem_k_per_s"] > figures["replay_direct_per_s"]
 

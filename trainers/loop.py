@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import scaffold as sf
 from scaffold._sync import no_running_loop
 from scaffold.store import DEFAULT, resolve_store
-from trainers.credit import agglm_select, assign_credit
+from trainers.credit import agglm_select, assign_credit, trainable
 from trainers.episodes import external_inputs
 from trainers.journal import LOOP_FILE, Journal
 from trainers.rewards import math_reward, rewards_from
@@ -481,8 +481,16 @@ def rewarded(result: sf.RunResult, answer: str, reward: Reward, recorder: sf.Sto
 
 
 def _recorded(store: sf.Store, info: sf.RunInfo, answers: Mapping[str, str] | None, reward: Reward) -> RewardedRun:
-    """Step 3 offline: a stored run rewarded against its problem's answer, or with the rewards recorded for it."""
+    """Step 3 offline: a stored run rewarded against its problem's answer, or with the rewards recorded for it.
+    A run of outputs collected elsewhere (imported, or given as candidates) with no model call of its own is
+    refused: its outputs carry no policy token ids or sampling logprobs to take a policy-gradient step on."""
     traces = store.traces(info.id)
+    if not any(trainable(t) for t in traces) and any(t.kind is sf.TraceKind.EXTERNAL for t in traces):
+        raise sf.InputError(
+            f"run {info.id} holds only outputs collected elsewhere ({info.graph}): they have no policy token ids or "
+            "sampling logprobs, so policy-gradient training cannot use them. Fine-tune on them with supervised "
+            "learning instead (their right answers, or the aggregations a run made over them), or record runs "
+            "of your own model to train on.")
     if answers is None:
         return RewardedRun(traces, {r["call_id"]: float(r["value"]) for r in store.rewards(info.id)
                                     if r["call_id"] is not None})

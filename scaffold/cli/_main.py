@@ -40,6 +40,7 @@ from scaffold.cli._data import data_group
 from scaffold.cli._evaluate import eval_command
 from scaffold.cli._extras import missing_dependency
 from scaffold.cli._graph import graph_group
+from scaffold.cli._import import import_command
 from scaffold.cli._pocket import pocket
 from scaffold.cli._replay import replay_command
 from scaffold.cli._run import run_command
@@ -114,6 +115,7 @@ def main(ctx: click.Context, target: str | None) -> None:
     ctx.call_on_close(handle.close)
 
 
+runs.add_command(import_command)
 main.add_command(runs)
 main.add_command(pocket)
 main.add_command(eval_command)

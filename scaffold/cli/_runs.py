@@ -76,6 +76,7 @@ def runs() -> None:
       scaffold runs list --graph rsa --since 2h
       scaffold runs show 3f2a9c
       scaffold runs export --out calls.parquet --dataset aime24 --status ok   # needs scaffold-sdk[parquet]
+      scaffold runs import outputs.jsonl --name elsewhere     # outputs collected elsewhere, as runs
     """
 
 

@@ -16,6 +16,7 @@ from scaffold.evaluation._compare import (
     to_text,
 )
 from scaffold.evaluation._harness import evaluate, evaluate_async
+from scaffold.evaluation._import import IMPORTED, ImportedOutput, ImportedRow, import_outputs
 from scaffold.evaluation._metrics import (
     DEFAULT_SHARE_EDGES,
     MAX_ENUMERATED_SUBSETS,
@@ -50,6 +51,11 @@ __all__ = [
     "ProblemOutcome",
     "Estimate",
     "EVAL_SOURCE",
+    # importing outputs collected elsewhere
+    "import_outputs",
+    "ImportedRow",
+    "ImportedOutput",
+    "IMPORTED",
     # replaying recorded samples with no model call
     "replay",
     "ReplayReport",

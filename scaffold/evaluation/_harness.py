@@ -38,6 +38,24 @@ async def evaluate_async(
     *,
     name: str,
     store: Store | str,
+    equivalence: Equivalence | None = None,
+    answer_kind: AnswerKind | str | None = None,
+    **kwargs: Any,
+) -> EvalReport:
+    """:func:`evaluate` from async code."""
+    target = await record_evaluation(graph, rows, models, name=name, store=store, equivalence=equivalence,
+                                     answer_kind=answer_kind, **kwargs)
+    kind = answer_kind_of(answer_kind)
+    return await asyncio.to_thread(load_report, target, name, equivalence=equivalence or kind.same)
+
+
+async def record_evaluation(
+    graph: Graph,
+    rows: Sequence[Mapping[str, Any]],
+    models: Mapping[str, Any],
+    *,
+    name: str,
+    store: Store | str,
     dataset: str | None = None,
     source: str | None = None,
     settings: Mapping[str, Any] | None = None,
@@ -46,10 +64,12 @@ async def evaluate_async(
     progress: bool = False,
     equivalence: Equivalence | None = None,
     answer_kind: AnswerKind | str | None = None,
+    require_answers: bool = True,
     **run_kwargs: Any,
-) -> EvalReport:
-    """:func:`evaluate` from async code."""
-    target = _check(name, rows, store, graph.inputs)
+) -> Store:
+    """Run, record and score an evaluation (:func:`evaluate` without its report); returns the store. With
+    ``require_answers=False`` a row without a reference (``answer``) is recorded and not scored."""
+    target = _check(name, rows, store, graph.inputs, require_answers)
     dataset = dataset or name
     kind = answer_kind_of(answer_kind)
     recorded = dict(settings) if settings is not None else {"graph": graph.name, "params": graph.spec()["params"]}
@@ -64,15 +84,22 @@ async def evaluate_async(
     target.add_dataset(dataset, rows, source=source)
     todo = [i for i, run_id in enumerate(run_ids) if run_id not in scored]  # scored runs are not run again
     read = [*graph.inputs, *(key for key in kind.inputs if key not in graph.inputs)]  # the kind reads the row too
-    inputs = [{key: rows[i][key] for key in read if key in rows[i]} for i in todo]
-    async for result in graph.map(inputs, models=models, concurrency=concurrency, seed=seed, progress=progress,
-                                  run_id=name, dataset=dataset, store=target, items=todo, answer_kind=kind,
-                                  **run_kwargs):
-        if result.ok:
+    # a run already recorded (stopped part way) resumes; the others start fresh, with no lookup before each
+    started = {run.id for run in await asyncio.to_thread(target.evaluation_runs, name)}
+    again = [i for i in todo if run_ids[i] in started]
+    fresh = [i for i in todo if run_ids[i] not in started]
+    for part, resume in ((again, True), (fresh, False)):
+        if not part:
+            continue
+        inputs = [{key: rows[i][key] for key in read if key in rows[i]} for i in part]
+        async for result in graph.map(inputs, models=models, concurrency=concurrency, seed=seed, progress=progress,
+                                      run_id=name, dataset=dataset, store=target, items=part, answer_kind=kind,
+                                      resume=resume, **run_kwargs):
             row = rows[result.index or 0]
-            _score(target, result, str(row["answer"]), equivalence or kind.bind(row).same)
+            if result.ok and row.get("answer") is not None:  # a row without a reference is recorded, not scored
+                _score(target, result, str(row["answer"]), equivalence or kind.bind(row).same)
     await asyncio.to_thread(target.flush)
-    return await asyncio.to_thread(load_report, target, name, equivalence=equivalence or kind.same)
+    return target
 
 
 def evaluate(graph: Graph, rows: Sequence[Mapping[str, Any]], models: Mapping[str, Any], **kwargs: Any) -> EvalReport:
@@ -109,13 +136,14 @@ def evaluate(graph: Graph, rows: Sequence[Mapping[str, Any]], models: Mapping[st
     return run_released(evaluate_async(graph, rows, bound, **kwargs), bound)
 
 
-def _check(name: str, rows: Sequence[Mapping[str, Any]], store: Store | str, inputs: Sequence[str]) -> Store:
+def _check(name: str, rows: Sequence[Mapping[str, Any]], store: Store | str, inputs: Sequence[str],
+           require_answers: bool = True) -> Store:
     if not name or any(c.isspace() for c in name) or "/" in name:
         raise EvaluationError(f"an evaluation name must be non-empty without spaces or '/', got {name!r}")
     if not rows:
         raise EvaluationError("an evaluation needs at least one row")
     for position, row in enumerate(rows):
-        missing = [key for key in ("answer", *inputs) if key not in row]
+        missing = [key for key in ((("answer",) if require_answers else ()) + tuple(inputs)) if key not in row]
         if missing:
             raise EvaluationError(f"row {position} needs {', '.join(map(repr, missing))} (the reference and the "
                                   f"graph's inputs); it has {', '.join(row) or 'nothing'}")
@@ -148,10 +176,10 @@ def _short(value: Any) -> str:
 
 
 def _score(store: Store, result: RunResult, reference: str, equivalence: Equivalence) -> None:
-    """Record the correctness of the run's answer and of every model trace's answer."""
+    """Record the correctness of the run's answer and of every model trace's (and given output's) answer."""
     check = AnswerChecker(reference, equivalence)
     for trace in result.traces:
-        if trace.kind is TraceKind.MODEL and trace.ok:
+        if trace.kind in (TraceKind.MODEL, TraceKind.EXTERNAL) and trace.ok:
             store.add_reward(float(check(trace.answer)), run_id=result.run_id, call_id=trace.id, source=EVAL_SOURCE)
     store.add_reward(float(check(result.answer)), run_id=result.run_id, source=EVAL_SOURCE,
                      metadata={"reference": reference})

@@ -41,7 +41,7 @@ from scaffold._rules import cluster_answers
 from scaffold._types import Trace
 from scaffold.answers import answer_kind as answer_kind_of
 from scaffold.evaluation._metrics import bootstrap_ci
-from scaffold.evaluation._report import EVAL_SOURCE, Estimate
+from scaffold.evaluation._report import EVAL_SOURCE, Estimate, samples_node_of
 
 if TYPE_CHECKING:
     from scaffold.store._store import Store
@@ -184,7 +184,7 @@ def replay(store: Store | str, name: str, *, methods: Sequence[str] = ("vote",),
         same = equivalence or answer_kind_of(info.settings.get("answer_kind")).same
         runs = db.evaluation_runs(name)
         run_ids = [run.id for run in runs]
-        node = samples_node or _first_model_node(db, run_ids)
+        node = samples_node or samples_node_of(db.answer_traces(run_ids[:20]).values())
         if node is None:
             raise ValueError(f"evaluation {name!r} recorded no model trace to replay")
         needs_conf = "deepconf" in methods or ("weighted_vote" in methods and weight is None) or (
@@ -236,16 +236,6 @@ def replay(store: Store | str, name: str, *, methods: Sequence[str] = ("vote",),
     return ReplayReport(name=name, samples_node=node, samples=size, problems=len(problems), draws=draws, seed=seed,
                         points=tuple(points), live=live,
                         settings={"methods": list(methods), "eta": eta, "measure": measure, "window": window})
-
-
-def _first_model_node(store: Store, run_ids: Sequence[str]) -> str | None:
-    from scaffold._types import TraceKind
-
-    for traces in store.answer_traces(run_ids[:20]).values():
-        for trace in traces:
-            if trace.kind is TraceKind.MODEL:
-                return trace.node
-    return None
 
 
 def _read_problem(samples: Sequence[Trace], size: int, scored: Mapping[str | None, Mapping[str, Any]],

@@ -199,7 +199,7 @@ def load_report(store: Store, name: str, *, ks: Sequence[int] | None = None, sam
     run_ids = [run.id for run in runs.values()]
     traces = store.answer_traces(run_ids)
     rewards = _rewards_by_run(store.rewards_of(run_ids, source=EVAL_SOURCE))
-    node = samples_node or _first_model_node(traces.values())
+    node = samples_node or samples_node_of(traces.values())
     outcomes = tuple(_outcome(name, item, runs.get(item), traces, rewards, node, equivalence)
                      for item in range(info.problems))
     return _report(info, outcomes, node, ks, resamples, confidence, seed, equivalence)
@@ -212,12 +212,17 @@ def _rewards_by_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str | N
     return found
 
 
-def _first_model_node(runs: Any) -> str | None:
+def samples_node_of(runs: Any) -> str | None:
+    """The first model node; for a graph with none (outputs imported or given as candidates), the first node of
+    given outputs."""
+    given = None
     for traces in runs:
         for trace in traces:
             if trace.kind is TraceKind.MODEL:
                 return trace.node
-    return None
+            if given is None and trace.kind is TraceKind.EXTERNAL:
+                given = trace.node
+    return given
 
 
 def _outcome(name: str, item: int, run: RunInfo | None, traces: Mapping[str, list[Trace]],
@@ -228,7 +233,7 @@ def _outcome(name: str, item: int, run: RunInfo | None, traces: Mapping[str, lis
                               answer=None)
     scored = rewards.get(run.id, {})
     whole = scored.get(None)
-    model = [t for t in traces.get(run.id, []) if t.kind is TraceKind.MODEL]
+    model = [t for t in traces.get(run.id, []) if t.kind in (TraceKind.MODEL, TraceKind.EXTERNAL)]
     right = {t.id: bool(scored[t.id]["value"] >= 0.5) for t in model if t.id in scored}
     nodes: dict[str, tuple[int, int]] = {}
     for trace in model:

@@ -91,23 +91,25 @@ def answer_traces(conn: Connection, run_ids: Sequence[str], chunk: int = 200) ->
 
 def node_traces(conn: Connection, run_ids: Sequence[str], node: str, *, texts: bool = False,
                 logprobs: bool = False, chunk: int = 200) -> dict[str, list[Trace]]:
-    """Each run's finished model traces of ``node``, in index order, with what a replay reads: answer, usage, cost,
-    metadata, and the texts and logprobs when asked (they are the large columns)."""
+    """Each run's finished model (or given) traces of ``node``, in index order, with what a replay reads: answer,
+    usage, cost, metadata, and the texts and logprobs when asked (they are the large columns)."""
     calls = CALLS.c
-    columns = [calls.id, calls.run_id, calls.index, calls.answer, calls.prompt_tokens, calls.completion_tokens,
-               calls.cost, calls.metadata]
+    columns = [calls.id, calls.run_id, calls.index, calls.kind, calls.answer, calls.prompt_tokens,
+               calls.completion_tokens, calls.cost, calls.metadata]
     columns += [calls.text] if texts else []
     columns += [calls.logprobs] if logprobs else []
     found: dict[str, list[Trace]] = {run_id: [] for run_id in run_ids}
     for start in range(0, len(run_ids), chunk):
         part = list(run_ids[start:start + chunk])
         stmt = (select(*columns).where(calls.run_id.in_(part), calls.node == node,
-                                       calls.kind == TraceKind.MODEL.value, calls.status == Status.OK.value)
+                                       calls.kind.in_([TraceKind.MODEL.value, TraceKind.EXTERNAL.value]),
+                                       calls.status == Status.OK.value)
                 .order_by(calls.run_id, calls.index))
         for row in conn.execute(stmt):
             values = row._mapping
             found[values["run_id"]].append(Trace(
-                id=values["id"], run_id=values["run_id"], node=node, index=values["index"], kind=TraceKind.MODEL,
+                id=values["id"], run_id=values["run_id"], node=node, index=values["index"],
+                kind=TraceKind(values["kind"]),
                 answer=values["answer"], usage=Usage(values["prompt_tokens"] or 0, values["completion_tokens"] or 0),
                 cost=values["cost"], metadata=dict(values["metadata"] or {}), text=values["text"] if texts else "",
                 logprobs=unpack_floats(values["logprobs"]) if logprobs else None,

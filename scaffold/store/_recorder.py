@@ -52,14 +52,14 @@ class Recorder:
             self._finished(event.result)
 
     def _started(self, event: RunStarted) -> None:
+        inputs = to_json(event.inputs)  # once: the run's inputs and its dataset item are the same JSON
         if self.dataset is not None:
             self.writer.put(("dataset", {"name": self.dataset, "source": self.source, "created_at": time.time()}))
             if self.item is not None:
-                self.writer.put(("item", {"dataset": self.dataset, "position": self.item,
-                                          "data": to_json(event.inputs)}))
+                self.writer.put(("item", {"dataset": self.dataset, "position": self.item, "data": inputs}))
         self.writer.put(("run", {
             "id": event.run_id, "graph": event.graph, "spec": to_json(event.spec),
-            "params": to_json(event.params, stable=True), "inputs": to_json(event.inputs), "models": self.models,
+            "params": to_json(event.params, stable=True), "inputs": inputs, "models": self.models,
             "seed": event.seed, "status": "running", "error": None, "started_at": time.time(), "finished_at": None,
             "output": None, "answer": None, "dataset": self.dataset, "item": self.item, "calls": 0,
             "prompt_tokens": 0, "completion_tokens": 0, "cost": None, "attempts": 1,
@@ -67,14 +67,18 @@ class Recorder:
 
     def _finished(self, result: RunResult) -> None:
         calls = [t for t in result.traces if t.kind is TraceKind.MODEL]
-        costs = [t.cost for t in calls]
+        # outputs collected elsewhere count in the run's totals when any of them says what it cost (imported
+        # ones): then one that does not makes the total unknown, never smaller
+        given = [t for t in result.traces if t.kind is TraceKind.EXTERNAL]
+        paid = calls + (given if any(t.usage.total_tokens or t.cost is not None for t in given) else [])
+        costs = [t.cost for t in paid]
         end = {
             "id": result.run_id, "status": result.status,
             "error": f"{type(result.error).__name__}: {result.error}" if result.error is not None else None,
             "finished_at": result.finished_at or time.time(), "output": codec.output_ids(result.output),
             "answer": result.answer, "calls": len(calls),
-            "prompt_tokens": sum(t.usage.prompt_tokens for t in calls),
-            "completion_tokens": sum(t.usage.completion_tokens for t in calls),
+            "prompt_tokens": sum(t.usage.prompt_tokens for t in paid),
+            "completion_tokens": sum(t.usage.completion_tokens for t in paid),
             "cost": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None)),
         }
         loop = asyncio.get_running_loop()
