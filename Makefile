@@ -50,3 +50,4 @@ bench: install
 	$(BIN)/python benchmarks/ui.py
 	$(BIN)/python benchmarks/agents.py
 	$(BIN)/python benchmarks/answers.py
+	$(BIN)/python benchmarks/replay.py
