@@ -19,8 +19,10 @@ number of aggregation steps (T); each topology's docstring gives its paper's let
 from graphs.agg_agent import AGG_AGENT_PROMPT, agg_agent
 from graphs.agglm import agglm, aggregate_given, ssa
 from graphs.best_of_n import best_of_n, parse_score, weighted_majority
+from graphs.deepconf import confidence_bar, deepconf
 from graphs.evolve import evolve
-from graphs.moa import mixture_of_agents, self_moa
+from graphs.moa import mixture_of_agents, self_moa, self_moa_seq
+from graphs.pacore import compact_tail, pacore
 from graphs.pairwise import (
     agreement_verdict,
     bradley_terry,
@@ -31,6 +33,7 @@ from graphs.pairwise import (
 from graphs.parallel_agents import parallel_agents
 from graphs.prompts import (
     AGGREGATE_PROMPT,
+    COMPACT_PROMPT,
     COMPARE_PROMPT,
     EVOLVE_PROMPT,
     JUDGE_PROMPT,
@@ -54,6 +57,11 @@ __all__ = [
     "rsa",
     "mixture_of_agents",
     "self_moa",
+    "self_moa_seq",
+    "deepconf",
+    "confidence_bar",
+    "pacore",
+    "compact_tail",
     "evolve",
     "agglm",
     "ssa",
@@ -88,6 +96,7 @@ __all__ = [
     # default prompts
     "SOLVE_PROMPT",
     "AGGREGATE_PROMPT",
+    "COMPACT_PROMPT",
     "SUMMARY_PROMPT",
     "MOA_PROMPT",
     "EVOLVE_PROMPT",

@@ -19,10 +19,13 @@ model aliases of one layer (the paper's n proposers are ``len(proposers)`` of th
 mixes different models; ``layers`` is the paper's l. Self-MoA has one model, so its sample
 count is ``n``, as everywhere else.
 
-Departures: the paper's sequential variant, Self-MoA-Seq (a sliding window: the aggregator reads
-a few samples at a time together with its own previous synthesis, for when all samples do not
-fit in its context), is not implemented here; ``sf.aggregate`` over consecutive ``sf.sample``
-nodes builds it.
+Self-MoA-Seq, the paper's sequential variant for more samples than one prompt holds, is
+:func:`self_moa_seq`: the aggregator reads a sliding ``window`` of samples at a time together with
+its own previous synthesis, so each prompt holds at most ``window + 1`` responses however large ``n``
+is. Nodes: ``samples``, then ``window{i}`` (the i-th window's samples, passed through) and
+``synthesis{i}``; the last synthesis is the answer. Departure: the windows do not overlap (the paper
+slides by a stride it sets per experiment; a stride equal to the window is the case it uses to fit
+the most samples in the fewest calls).
 """
 
 from __future__ import annotations
@@ -97,3 +100,36 @@ def self_moa(
     """
     responses = sf.sample(prompt, model=model, n=n, name="samples")
     return sf.aggregate(responses, model=aggregator or model, prompt=moa_prompt, name="final")
+
+
+@sf.graph(name="self_moa_seq")
+def self_moa_seq(
+    problem: str,
+    *,
+    model: str = "solver",
+    n: int = 12,
+    window: int = 4,
+    aggregator: str | None = None,
+    prompt: str = SOLVE_PROMPT,
+    moa_prompt: str = MOA_PROMPT,
+) -> Any:
+    """``n`` responses of one model, synthesised ``window`` at a time: each synthesis reads the next window and
+    the synthesis before it.
+
+    Examples:
+        >>> from graphs import self_moa_seq
+        >>> self_moa_seq.build(n=12, window=4).count_calls()  # 12 samples, then 3 syntheses
+        {'solver': 15}
+    """
+    for label, value in (("n", n), ("window", window)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise sf.SubsetSizeError(f"self_moa_seq(): {label} must be a positive integer, got {value!r}")
+    responses = sf.sample(prompt, model=model, n=n, name="samples")
+    synthesis = None
+    for number, start in enumerate(range(0, n, window), start=1):
+        size = min(window, n - start)
+        part = sf.select(responses, size, lambda members, start=start, size=size: members[start:start + size],
+                         name=f"window{number}")
+        read = part if synthesis is None else sf.concat(synthesis, part, name=f"read{number}")
+        synthesis = sf.aggregate(read, model=aggregator or model, prompt=moa_prompt, name=f"synthesis{number}")
+    return synthesis

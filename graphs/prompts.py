@@ -69,3 +69,10 @@ REFINE_PROMPT = (
     "{answer_format}"
 )
 """Pairwise ranking: elites in, a new candidate out."""
+
+COMPACT_PROMPT = (
+    "Problem:\n{problem}\n\nHere is one attempt at it:\n\n{candidates}\n\n"
+    "Summarise this attempt in a few lines for someone who will compare it with others: its approach, its key "
+    "intermediate results, and its final answer. {answer_format}"
+)
+"""Compaction: one candidate in, a short summary of it out (its approach, key results and answer)."""

@@ -23,8 +23,10 @@ import scaffold as sf
 from graphs.agg_agent import agg_agent
 from graphs.agglm import agglm, ssa
 from graphs.best_of_n import best_of_n, weighted_majority
+from graphs.deepconf import deepconf
 from graphs.evolve import evolve
-from graphs.moa import mixture_of_agents, self_moa
+from graphs.moa import mixture_of_agents, self_moa, self_moa_seq
+from graphs.pacore import pacore
 from graphs.pairwise import agreement_verdict, pairwise_ranking
 from graphs.parallel_agents import parallel_agents
 from graphs.react import react
@@ -43,6 +45,9 @@ TOPOLOGIES: dict[str, sf.GraphFunction] = {
     "evolve": evolve,
     "mixture_of_agents": mixture_of_agents,
     "self_moa": self_moa,
+    "self_moa_seq": self_moa_seq,
+    "deepconf": deepconf,
+    "pacore": pacore,
     "agglm": agglm,
     "ssa": ssa,
     "aggregation_tree": aggregation_tree,
@@ -65,7 +70,7 @@ RENAMED: dict[str, dict[str, str]] = {
 """Old build-parameter names :func:`build_topology` still takes, by topology: ``{old: new}``."""
 
 _READS_CANDIDATES = ("aggregate_prompt", "evolve_prompt", "moa_prompt", "summary_prompt", "compare_prompt",
-                     "refine_prompt")
+                     "refine_prompt", "compact_prompt")
 """Prompt parameters that show the model a set of candidates (the pocket model's aggregation prompt)."""
 
 

@@ -21,7 +21,7 @@ from scaffold._answers import Equivalence, Extractor, equivalent, extract_boxed,
 from scaffold._budget import Budget
 from scaffold._builder import Input
 from scaffold._clock import MONOTONIC, Clock
-from scaffold._confidence import trace_confidence
+from scaffold._confidence import CONFIDENCE_MEASURES, trace_confidence
 from scaffold._control import loop
 from scaffold._data import DATASETS, HUB_DATASETS, HubDataset, ShippedDataset, load_problems
 from scaffold._errors import (
@@ -232,6 +232,7 @@ __all__ = [
     "replay",
     "ReplayReport",
     "trace_confidence",
+    "CONFIDENCE_MEASURES",
     "import_outputs",
     # records
     "Trace",

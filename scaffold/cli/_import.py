@@ -34,7 +34,8 @@ def import_command(file: Path, name: str, answer_kind: str, problem_key: str, an
     Examples:
       scaffold runs import outputs.jsonl --name elsewhere
       scaffold runs import mmlu_outputs.csv --name mmlu-gpt --answer-kind choice
-      scaffold compare elsewhere && scaffold replay --from elsewhere --k 1,2,4,8
+      scaffold compare elsewhere
+      scaffold replay --from elsewhere --k 1,2,4,8
     """
     from scaffold.evaluation import import_outputs
     from scaffold.store._default import resolve_store
