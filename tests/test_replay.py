@@ -225,3 +225,33 @@ def test_the_command_line_replays_and_plots_beside_the_evaluation(tmp_path):
     assert compared.exit_code == 0 and "replay of 'sc'" in compared.output
     bad = runner.invoke(main, ["--store", db, "replay", "--from", "sc", "--k", "x"])
     assert bad.exit_code != 0 and "--k takes sample counts" in bad.output
+
+
+def test_an_aggregator_replayed_over_recorded_pools_pays_only_its_own_calls(tmp_path):
+    """One aggregation over k=3 of each problem's 6 recorded samples, 4 draws: the samples are reused (their ids
+    in the new runs' lineage), only the aggregator is called, and the result is an evaluation like any other."""
+    import graphs
+    from scaffold.evaluation import load_report, replay_aggregation
+
+    plans = {f"problem {i}": [completion("1")] * 3 + [completion("2")] * 3 for i in range(5)}
+    store = record(tmp_path, plans, n=6)
+    recorded = {t.id for i in range(5) for t in store.traces(f"sc-{i}") if t.kind is sf.TraceKind.MODEL}
+    seen: list[str] = []
+
+    def aggregate(request: Request) -> str:
+        seen.append(request.messages[-1][1])
+        return "\\boxed{1}"
+
+    aggregator = ScriptedBackend(aggregate)
+    report = replay_aggregation(store, "sc", graphs.aggregate_given.build(), {"aggregator": aggregator},
+                                name="agg-over-sc", k=3, draws=4, seed=5)
+    assert aggregator.calls == 20 and report.problems == 20 and report.accuracy.value == 1.0
+    run = store.traces("agg-over-sc-0")
+    given = [t for t in run if t.kind is sf.TraceKind.EXTERNAL]
+    assert len(given) == 3 and {t.metadata["source_id"] for t in given} <= recorded
+    assert all(t.usage.completion_tokens == 5 for t in given)  # the reused samples keep what they cost
+    assert all(prompt.count("score=") == 3 for prompt in seen)  # each call read its 3 candidates
+    assert load_report(store, "agg-over-sc").settings["replayed_from"] == "sc"
+    with pytest.raises(ValueError, match="candidates"):
+        replay_aggregation(store, "sc", self_consistency.build(n=2), {"m": aggregator}, name="wrong")
+    store.close()

@@ -39,7 +39,7 @@ from scaffold.evaluation._plots import (
     replay_points,
     write_plots,
 )
-from scaffold.evaluation._replay import METHODS, ReplayPoint, ReplayReport, replay
+from scaffold.evaluation._replay import METHODS, ReplayPoint, ReplayReport, replay, replay_aggregation
 from scaffold.evaluation._report import EVAL_SOURCE, Estimate, EvalReport, ProblemOutcome, load_report
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "IMPORTED",
     # replaying recorded samples with no model call
     "replay",
+    "replay_aggregation",
     "ReplayReport",
     "ReplayPoint",
     "METHODS",

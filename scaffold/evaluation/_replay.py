@@ -44,9 +44,11 @@ from scaffold.evaluation._metrics import bootstrap_ci
 from scaffold.evaluation._report import EVAL_SOURCE, Estimate, samples_node_of
 
 if TYPE_CHECKING:
+    from scaffold._graph import Graph
+    from scaffold.evaluation._report import EvalReport
     from scaffold.store._store import Store
 
-__all__ = ["METHODS", "ReplayPoint", "ReplayReport", "replay"]
+__all__ = ["METHODS", "ReplayPoint", "ReplayReport", "replay", "replay_aggregation"]
 
 METHODS: tuple[str, ...] = ("vote", "weighted_vote", "best_of", "deepconf")
 """The rule topologies :func:`replay` evaluates."""
@@ -361,3 +363,65 @@ def _vote(subset: Sequence[int], labels: Sequence[int], right: Sequence[bool], w
         return False
     winner = max(totals, key=lambda c: totals[c])  # dicts keep first-seen order: max keeps the first of equals
     return right[winner]
+
+
+def replay_aggregation(store: Store, source: str, graph: Graph, models: Mapping[str, Any], *, name: str,
+                       k: int | None = None, draws: int = 1, seed: int = 0, candidates: str = "given",
+                       samples_node: str | None = None, **kwargs: Any) -> EvalReport:
+    """Run an aggregation topology over the recorded samples of evaluation ``source``, as evaluation ``name``:
+    only its own calls are made and paid; the candidates are the recorded traces, reused.
+
+    ``graph`` reads its candidates from the input ``candidates`` (``"given"``, as
+    :func:`graphs.aggregate_given`; one RSA step or MoA's last layer written the same way). Each problem runs
+    ``draws`` times, each over ``k`` of its recorded samples drawn without replacement (all of them when ``k`` is
+    ``None``), seeded by ``seed``. The candidates enter as external traces carrying the recorded trace's id
+    (``metadata["source_id"]``), text, answer, tokens and cost, so the new runs' lineage leads back to the
+    samples they reuse. Other keyword arguments go to :func:`~scaffold.evaluation.evaluate` (``concurrency``,
+    ``answer_kind``...).
+
+    Examples:
+        >>> import scaffold as sf, tempfile, os
+        >>> from scaffold.testing import ScriptedBackend
+        >>> from scaffold.evaluation import evaluate, replay_aggregation
+        >>> import graphs
+        >>> store = sf.Store(os.path.join(tempfile.mkdtemp(), "e.db"))
+        >>> answers = iter([r"\\boxed{4}", r"\\boxed{5}"] * 8)
+        >>> _ = evaluate(graphs.self_consistency.build(n=4), [{"problem": "2+2", "answer": "4"}],
+        ...              {"solver": ScriptedBackend(lambda request: next(answers))}, name="sc4", store=store)
+        >>> aggregator = ScriptedBackend(lambda request: r"\\boxed{4}")
+        >>> report = replay_aggregation(store, "sc4", graphs.aggregate_given.build(), {"aggregator": aggregator},
+        ...                             name="agg-over-sc4", k=2, draws=3)
+        >>> report.problems, report.accuracy.value, aggregator.calls
+        (3, 1.0, 3)
+        >>> store.close()
+    """
+    from scaffold.evaluation._harness import evaluate
+
+    if candidates not in graph.inputs:
+        raise ValueError(f"the graph reads its candidates from an input named {candidates!r}, and it has "
+                         f"{', '.join(graph.inputs) or 'no inputs'}; pass candidates=<its input>")
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ValueError(f"draws must be a positive integer, got {draws!r}")
+    runs = store.evaluation_runs(source)
+    run_ids = [run.id for run in runs]
+    node = samples_node or samples_node_of(store.answer_traces(run_ids[:20]).values())
+    if node is None:
+        raise ValueError(f"evaluation {source!r} recorded no samples to aggregate")
+    traces = store.node_traces(run_ids, node, texts=True)
+    references = {row["run_id"]: ((row.get("metadata") or {}).get("reference"))
+                  for row in store.rewards_of(run_ids, source=EVAL_SOURCE) if row["call_id"] is None}
+    rng = random.Random(seed)
+    rows = []
+    for run in runs:
+        pool = traces.get(run.id, [])
+        reference = references.get(run.id)
+        if not pool or reference is None:
+            continue
+        for _ in range(draws):
+            chosen = pool if k is None or k >= len(pool) else sorted(rng.sample(pool, k), key=lambda t: t.index)
+            rows.append({**run.inputs, candidates: list(chosen), "answer": reference, "replayed_from": run.id})
+    if not rows:
+        raise ValueError(f"evaluation {source!r} has no scored problem with samples on node {node!r}")
+    settings = {"graph": graph.name, "params": graph.spec()["params"], "replayed_from": source, "k": k,
+                "draws": draws, "seed": seed}
+    return evaluate(graph, rows, models, name=name, store=store, settings=kwargs.pop("settings", settings), **kwargs)
