@@ -8,6 +8,10 @@ Measures, printing each figure beside its baseline from the same run:
 - ``replay_calls``: model calls made while replaying (the backend counts them): 0 for rule topologies.
 - ``replay_exact_gap``: the largest gap over k between the replayed majority@k and its exact expectation computed
   from the multivariate hypergeometric law (independently, with fractions).
+- ``compaction_max_prompt_tokens``: the longest aggregation prompt (tokens, as the scripted backend counts them)
+  of ``graphs.pacore`` (rule compaction, 600 characters a candidate, N=4, K=2) over T = 1..8 rounds, with a model
+  whose every answer is longer than what it read; baseline: ``graphs.rsa`` at the same T, whose prompts grow with
+  the rounds. Both lists are printed.
 - ``import_rows_per_s``: rows of 8 outputs (with model, tokens and cost) imported per second from a JSONL file into
   a SQLite store (``sf.import_outputs``: checked, recorded, voted and scored). Baseline: the way before it, one
   ``run_sync`` per row of a vote over the row's outputs given as candidates, recorded in the same kind of store.
@@ -27,6 +31,7 @@ import tempfile
 import time
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -116,11 +121,14 @@ def main() -> None:
     gap = max(abs(report.at("vote", k).accuracy.value - sum(exact_vote(c, k) for c in sizes.values()) / PROBLEMS)
               for k in (1, 2, 3, 4, 8, 16))
     print(f"largest gap to the exact hypergeometric majority@k (k = 1, 2, 3, 4, 8, 16): {gap:.4f}")
+    compacted, whole = prompt_bounds()
+    print(f"longest aggregation prompt over T=1..8 rounds, tokens: pacore {compacted}; rsa {whole}")
     imported, by_hand = import_rates(args.import_rows)
     print(f"import: {imported:,.0f} rows of 8 outputs/s; one run_sync per row {by_hand:,.0f}/s "
           f"(x{imported / by_hand:.1f})")
     print(json.dumps({"bench": "replay", "replay_problem_k_per_s": round(rate), "replay_direct_per_s":
                       round(direct_rate), "replay_calls": replay_calls, "replay_exact_gap": round(gap, 4),
+                      "compaction_max_prompt_tokens": max(compacted), "rsa_max_prompt_tokens": max(whole),
                       "import_rows_per_s": round(imported), "import_by_hand_rows_per_s": round(by_hand),
                       "problems": PROBLEMS, "samples": SAMPLES, "draws": args.draws}))
 
@@ -147,6 +155,23 @@ def import_rates(rows: int) -> tuple[float, float]:
         by_hand = len(few) / (time.perf_counter() - started)
         store.close()
     return imported, by_hand
+
+
+def prompt_bounds() -> tuple[list[int], list[int]]:
+    """The longest aggregation prompt at T = 1..8 rounds, with compaction (pacore) and without (rsa)."""
+    import graphs
+
+    def growing(request: Any) -> str:
+        return "work " * (len(request.messages[-1][1].split()) + 40) + "\\boxed{4}"  # longer than what it read
+
+    def longest(graph: sf.Graph) -> int:
+        result = graph.run_sync({"problem": "2+2"}, models={"solver": ScriptedBackend(growing)}, store=None)
+        return max(t.usage.prompt_tokens for t in result.traces
+                   if t.kind is sf.TraceKind.MODEL and t.node.startswith("step") and t.node != "step0")
+
+    compacted = [longest(graphs.pacore.build(n=4, k=2, steps=t, max_chars=600)) for t in range(1, 9)]
+    whole = [longest(graphs.rsa.build(n=4, k=2, steps=t)) for t in range(1, 9)]
+    return compacted, whole
 
 
 @sf.graph

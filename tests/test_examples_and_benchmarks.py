@@ -274,9 +274,11 @@ def test_replay_benchmark_ends_with_its_json_keys() -> None:
     their exact hypergeometric expectation."""
     figures = last_json(run("benchmarks/replay.py", "--draws", "100", "--import-rows", "300"))
     check_keys(figures, {"bench": str, "replay_problem_k_per_s": int, "replay_direct_per_s": int, "replay_calls": int,
-                         "replay_exact_gap": NUMBER, "import_rows_per_s": int, "import_by_hand_rows_per_s": int,
+                         "replay_exact_gap": NUMBER, "compaction_max_prompt_tokens": int,
+                         "rsa_max_prompt_tokens": int, "import_rows_per_s": int, "import_by_hand_rows_per_s": int,
                          "problems": int, "samples": int, "draws": int})
     assert figures["import_rows_per_s"] > figures["import_by_hand_rows_per_s"] > 0
+    assert figures["compaction_max_prompt_tokens"] < figures["rsa_max_prompt_tokens"]
     assert figures["bench"] == "replay" and figures["replay_calls"] == 0 and figures["draws"] == 100
     assert figures["replay_exact_gap"] < 0.03 and figures["replay_problem_k_per_s"] > figures["replay_direct_per_s"]
 
