@@ -51,6 +51,22 @@ def complete(backend: sf.OpenAIBackend, request: Request):
     return asyncio.run(main())
 
 
+def answers_of(backend, request: Request, *, stream: bool):
+    """The completions of one call, streamed (the ``Finished`` record's) or not, on a fresh event loop."""
+    from scaffold._types import Finished
+
+    async def main():
+        try:
+            if not stream:
+                return await backend.complete(request)
+            return [c for item in [i async for i in backend.stream(request)] if isinstance(item, Finished)
+                    for c in item.completions]
+        finally:
+            await backend.release_loop()
+
+    return asyncio.run(main())
+
+
 def failure(backend: sf.OpenAIBackend, request: Request = QUESTION) -> sf.BackendError:
     """The typed error one call raises."""
     with pytest.raises(sf.BackendError) as info:

@@ -405,24 +405,17 @@ def test_n_is_native_only_where_the_provider_takes_it(model, native_n):
 @pytest.mark.parametrize("stream", [False, True])
 def test_cached_prompt_tokens_are_recorded_and_priced_by_the_provider(stream):
     """Streamed or not, cached prompt tokens a provider reports are recorded and priced at its cache price."""
-    from scaffold._types import Finished
+    from openai_helpers import answers_of
 
-    async def answer(backend, text: str):
-        request = Request(messages=(("user", text),))
-        try:
-            if not stream:
-                return await backend.complete(request)
-            return [c for item in [i async for i in backend.stream(request)] if isinstance(item, Finished)
-                    for c in item.completions]
-        finally:
-            await backend.release_loop()
+    def answer(backend, text: str):
+        return answers_of(backend, Request(messages=(("user", text),)), stream=stream)
 
     with OpenAIServer(policy=numbered, api_key=KEY, prompt_cache=4) as cached_server:
         backend = sf.LiteLLMBackend("openai/gpt-4o-mini", api_base=cached_server.base_url, api_key=KEY,
                                     price_by_name=True)
         shared = "Background, repeated in every prompt: " + "the quick brown fox jumps over the lazy dog. " * 6
-        (first,) = asyncio.run(answer(backend, shared + "Question one?"))
-        (second,) = asyncio.run(answer(backend, shared + "Question two?"))
+        (first,) = answer(backend, shared + "Question one?")
+        (second,) = answer(backend, shared + "Question two?")
     hit = second.metadata["cached_prompt_tokens"]
     assert 0 < hit < second.usage.prompt_tokens and "cached_prompt_tokens" not in first.metadata
     full = second.usage.prompt_tokens * 0.15e-6 + second.usage.completion_tokens * 0.6e-6

@@ -19,6 +19,7 @@ from openai_helpers import (
     FAST,
     KEY,
     QUESTION,
+    answers_of,
     backend_for,
     collect_garbage_after,  # noqa: F401  (an autouse fixture)
     complete,
@@ -323,22 +324,6 @@ def test_error_bodies_of_openai_and_vllm_map_to_the_same_errors():
     for error, kind, retryable in cases:
         assert type(error) is kind and error.retryable is retryable, error
     assert "Invalid n" in str(cases[1][0]) and cases[5][0].retry_after == 2.0
-
-
-def answers_of(backend, request: Request, *, stream: bool):
-    """The completions of one call, streamed (the ``Finished`` record's) or not, on a fresh event loop."""
-    from scaffold._types import Finished
-
-    async def main():
-        try:
-            if not stream:
-                return await backend.complete(request)
-            return [c for item in [i async for i in backend.stream(request)] if isinstance(item, Finished)
-                    for c in item.completions]
-        finally:
-            await backend.release_loop()
-
-    return asyncio.run(main())
 
 
 @pytest.mark.parametrize("stream", [False, True])
