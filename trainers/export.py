@@ -8,6 +8,10 @@ stacks cannot compute themselves).
   reward and scalar advantage.
 - :func:`to_dataset` — those rows as a Hugging Face ``datasets.Dataset`` (what TRL's trainers and data
   collators consume).
+- :func:`to_tinker_data` — Tinker ``Datum`` objects built with the ``tinker`` SDK's own types (no network): the
+  sequence but its last token as the model input, the next tokens as ``target_tokens``, and ``logprobs`` (the
+  sampling logprobs) and ``advantages`` aligned with the targets, 0 on the prompt: what Tinker's
+  importance-sampling and PPO losses read.
 - :func:`to_verl_parquet` — a Parquet file of verl's per-sample tensors as lists: ``input_ids``,
   ``attention_mask``, ``position_ids``, ``prompts``, ``responses``, ``response_mask``, ``advantages`` (per
   response token) and ``old_log_probs``, with ``uid`` (the group the advantage was centred in), ``role`` and
@@ -15,8 +19,8 @@ stacks cannot compute themselves).
 
 The prompt ids are the ones the transformers backend encoded (:func:`trainers.batch.prompt_ids`), and the
 completion ids are the recorded sampled ids, never re-tokenised, so what another stack trains on is what was
-sampled. Needs ``datasets`` (:func:`to_dataset`) or ``pyarrow`` (:func:`to_verl_parquet`): the ``export``
-extra.
+sampled. Needs ``datasets`` (:func:`to_dataset`), ``tinker`` (:func:`to_tinker_data`) or ``pyarrow``
+(:func:`to_verl_parquet`): the ``export`` extra.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 from trainers.batch import prompt_ids
 from trainers.types import Credited
 
-__all__ = ["export_rows", "to_dataset", "to_verl_parquet"]
+__all__ = ["export_rows", "to_dataset", "to_tinker_data", "to_verl_parquet"]
 
 
 def export_rows(items: Sequence[Credited], tokenizer: Any) -> list[dict[str, Any]]:
@@ -65,6 +69,28 @@ def to_dataset(rows: Sequence[dict[str, Any]]) -> Any:
         raise ImportError("exporting a dataset needs the datasets package: pip install 'scaffold-sdk[export]'") \
             from None
     return datasets.Dataset.from_list([dict(row) for row in rows])
+
+
+def to_tinker_data(rows: Sequence[dict[str, Any]]) -> list[Any]:
+    """The rows as Tinker ``Datum`` objects (``tinker.types``), validated by the SDK's own models; nothing is sent."""
+    try:
+        from tinker import types
+    except ImportError:
+        raise ImportError("Tinker data needs the tinker package: pip install 'scaffold-sdk[export]'") from None
+    data = []
+    for row in rows:
+        tokens = row["input_ids"]
+        prompt = len(row["prompt_ids"])
+        sampled = row["sampling_logprobs"] or [0.0] * len(row["completion_ids"])
+        # target i is token i + 1: the prompt's targets (but its last) carry no loss, the completion's do
+        logprobs = [0.0] * (prompt - 1) + [float(v) for v in sampled]
+        advantages = [0.0] * (prompt - 1) + [float(row["advantage"])] * len(row["completion_ids"])
+        data.append(types.Datum(
+            model_input=types.ModelInput.from_ints(tokens=list(tokens[:-1])),
+            loss_fn_inputs={"target_tokens": types.TensorData(data=list(tokens[1:]), dtype="int64"),
+                            "logprobs": types.TensorData(data=logprobs, dtype="float32"),
+                            "advantages": types.TensorData(data=advantages, dtype="float32")}))
+    return data
 
 
 def to_verl_parquet(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
