@@ -114,6 +114,8 @@ from scaffold.backends import (
 from scaffold.store import close_stores
 
 if _TYPE_CHECKING:
+    from scaffold.evaluation._import import import_outputs
+    from scaffold.evaluation._replay import ReplayReport, replay
     from scaffold.store import RunInfo, Store, Totals
 
 __version__ = "0.1.0"
