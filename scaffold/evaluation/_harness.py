@@ -84,10 +84,12 @@ async def record_evaluation(
     target.add_dataset(dataset, rows, source=source)
     todo = [i for i, run_id in enumerate(run_ids) if run_id not in scored]  # scored runs are not run again
     read = [*graph.inputs, *(key for key in kind.inputs if key not in graph.inputs)]  # the kind reads the row too
-    # a run already recorded (stopped part way) resumes; the others start fresh, with no lookup before each
+    # a run already recorded (stopped part way) resumes; the others start fresh, with no lookup before each,
+    # unless rows may run twice (a cluster retries the rows of a worker that died: they must reuse its calls)
     started = {run.id for run in await asyncio.to_thread(target.evaluation_runs, name)}
-    again = [i for i in todo if run_ids[i] in started]
-    fresh = [i for i in todo if run_ids[i] not in started]
+    retried = run_kwargs.get("cluster") is not None or run_kwargs.get("runner") is not None
+    again = [i for i in todo if run_ids[i] in started or retried]
+    fresh = [i for i in todo if not (run_ids[i] in started or retried)]
     for part, resume in ((again, True), (fresh, False)):
         if not part:
             continue
