@@ -34,6 +34,7 @@ from trainers.rollouts import Collected, LocalRollouts, RolloutSource
 from trainers.selection import has_signal, mixed_sets
 from trainers.set_signal import SignalReport, set_signal
 from trainers.types import ROLES, Credited, RewardedRun, RolloutPolicy, StepMetrics, TrainablePolicy, TrainBatch
+from trainers.verifiers_env import verifiers_environment
 from trainers.weights import WeightUpdate, apply_update, rollout_version, weight_update
 
 __all__ = [
@@ -99,9 +100,10 @@ __all__ = [
     "weight_update",
     "apply_update",
     "rollout_version",
-    # exported for training elsewhere (TRL datasets, verl Parquet)
+    # exported for training elsewhere (TRL datasets, verl Parquet, Tinker, verifiers environments)
     "export_rows",
     "to_dataset",
     "to_tinker_data",
     "to_verl_parquet",
+    "verifiers_environment",
 ]
