@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import scaffold as sf
+from graphs.checks import whole_numbers
 from graphs.prompts import SOLVE_PROMPT
 
 
@@ -77,9 +78,7 @@ def deepconf(
         >>> deepconf.build().count_calls()  # an upper bound: sampling stops once the confident ones agree
         {'solver': 64}
     """
-    for label, value, low in (("warmup", warmup, 1), ("batch", batch, 1), ("budget", budget, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise sf.SubsetSizeError(f"deepconf(): {label} must be a positive integer, got {value!r}")
+    whole_numbers("deepconf", warmup=warmup, batch=batch, budget=budget)
     if budget < warmup:
         raise sf.SubsetSizeError(f"deepconf(): budget={budget} is smaller than warmup={warmup}")
     if not 0 < eta <= 1 or not 0 < tau <= 1:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import scaffold as sf
+from graphs.checks import whole_numbers
 from graphs.prompts import EVOLVE_PROMPT, SOLVE_PROMPT
 
 
@@ -47,9 +48,7 @@ def evolve(
         >>> evolve.build().count_calls()  # 8 samples, then 4 generations of 8 children
         {'solver': 40}
     """
-    for what, value, least in (("n", n, 1), ("generations", generations, 1), ("k", k, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise sf.SubsetSizeError(f"evolve(): {what} must be an integer of at least {least}, got {value!r}")
+    whole_numbers("evolve", n=n, generations=generations, k=k)
     if k > n:
         raise sf.SubsetSizeError(f"evolve(): k={k} parents is more than the population (n={n})")
     if fitness is not None and not callable(fitness):

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 import scaffold as sf
+from graphs.checks import whole_numbers
 from graphs.prompts import MOA_PROMPT, SOLVE_PROMPT
 
 PROPOSERS = ("proposer1", "proposer2", "proposer3", "proposer4", "proposer5", "proposer6")
@@ -121,9 +122,7 @@ def self_moa_seq(
         >>> self_moa_seq.build(n=12, window=4).count_calls()  # 12 samples, then 3 syntheses
         {'solver': 15}
     """
-    for label, value in (("n", n), ("window", window)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise sf.SubsetSizeError(f"self_moa_seq(): {label} must be a positive integer, got {value!r}")
+    whole_numbers("self_moa_seq", n=n, window=window)
     responses = sf.sample(prompt, model=model, n=n, name="samples")
     synthesis = None
     for number, start in enumerate(range(0, n, window), start=1):
