@@ -121,3 +121,35 @@ def test_verifiers_loads_it_by_id_from_a_problems_file(tmp_path):
         advantages = [s["advantage"] for s in steps]
         assert sum(advantages) == pytest.approx(0.0)  # the samples' credit is centred in their group
         assert output["reward"] == float(sum(right) >= 2)  # the vote's answer is the rollout's
+
+
+@sf.tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def adding_agent(request: Any) -> Any:
+    """Asks the tool for 2 + 2, then answers with what it said."""
+    results = [m[1] for m in request.messages if m[0] == "tool"]
+    if results:
+        return rf"the tool says {results[-1]}, so \boxed{{{results[-1]}}}"
+    return sf.Completion(text="", tool_calls=(sf.ToolCall("call_1", "add", '{"a": 2, "b": 2}'),))
+
+
+def test_an_agents_turns_are_steps_with_its_tool_calls_and_one_episode_credit():
+    @sf.graph
+    def solver(problem):
+        return sf.agent("{problem}", model="policy", tools=[add], max_turns=4)
+
+    env = verifiers_environment(solver.build(), ROWS[:1], scheme="grpo")
+    with OpenAIServer(policy=adding_agent) as server:
+        outputs = evaluate(env, server, rollouts=2)
+        tools_sent = [r.request.body.get("tools") for r in server.requests if r.request is not None]
+    assert all(t and t[0]["function"]["name"] == "add" for t in tools_sent)  # the tools reach the trainer's server
+    for output in outputs:
+        first, last = output["trajectory"]  # the turn that called the tool, then the answer after its result
+        assert first["completion"][0]["tool_calls"][0]["function"]["name"] == "add"
+        assert any(m["role"] == "tool" and m["content"] == "4" for m in last["prompt"])
+        assert output["reward"] == 1.0 and output["scaffold"]["answer"] == "4"
+        assert first["advantage"] == last["advantage"]  # one episode: every turn gets the agent's advantage
