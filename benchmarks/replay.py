@@ -15,8 +15,18 @@ Measures, printing each figure beside its baseline from the same run:
 - ``import_rows_per_s``: rows of 8 outputs (with model, tokens and cost) imported per second from a JSONL file into
   a SQLite store (``sf.import_outputs``: checked, recorded, voted and scored). Baseline: the way before it, one
   ``run_sync`` per row of a vote over the row's outputs given as candidates, recorded in the same kind of store.
+- ``deepconf_token_saving``: the share of generated tokens ``graphs.deepconf`` saves against self-consistency
+  at the same budget, on the pocket model (the default build; it records logprobs), with its 95% interval.
+  Protocol, fixed before the run: ``--deepconf-problems`` (200) held-out test problems, temperature 1, at most
+  96 new tokens, run seed 0. Self-consistency draws B = 32 samples and votes; DeepConf-high (``eta`` 0.9, the
+  paper's conservative setting) draws a warmup of 8, then batches of 4 until the confident samples' weighted
+  consensus reaches ``tau`` 0.95 or B samples were drawn, and votes the confident ones by confidence (lowest
+  group). Saving = 1 - DeepConf's generated tokens / self-consistency's; "equal accuracy" is judged by the paired
+  accuracy difference and its interval (``deepconf_accuracy_diff``), reported beside it. Intervals: 2,000
+  bootstrap resamples of the problems. DeepConf-low (``eta`` 0.1) is printed and reported too.
+  ``--quick-pocket`` uses the quick pocket model (B = 8, warmup 4, batches of 2): a smoke run.
 
-Usage: python benchmarks/replay.py [--draws 200] [--import-rows 2000]
+Usage: python benchmarks/replay.py [--draws 200] [--import-rows 2000] [--deepconf-problems 200] [--quick-pocket]
 """
 
 from __future__ import annotations
@@ -66,6 +76,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--import-rows", type=int, default=2000)
+    parser.add_argument("--deepconf-problems", type=int, default=200)
+    parser.add_argument("--quick-pocket", action="store_true", help="the quick pocket model and a small budget")
     args = parser.parse_args()
     rng = random.Random(0)
     plans, sizes = {}, {}
@@ -126,7 +138,8 @@ def main() -> None:
     imported, by_hand = import_rates(args.import_rows)
     print(f"import: {imported:,.0f} rows of 8 outputs/s; one run_sync per row {by_hand:,.0f}/s "
           f"(x{imported / by_hand:.1f})")
-    print(json.dumps({"bench": "replay", "replay_problem_k_per_s": round(rate), "replay_direct_per_s":
+    saving = deepconf_saving(args.deepconf_problems, quick=args.quick_pocket)
+    print(json.dumps({"bench": "replay", **saving, "replay_problem_k_per_s": round(rate), "replay_direct_per_s":
                       round(direct_rate), "replay_calls": replay_calls, "replay_exact_gap": round(gap, 4),
                       "compaction_max_prompt_tokens": max(compacted), "rsa_max_prompt_tokens": max(whole),
                       "import_rows_per_s": round(imported), "import_by_hand_rows_per_s": round(by_hand),
@@ -155,6 +168,57 @@ def import_rates(rows: int) -> tuple[float, float]:
         by_hand = len(few) / (time.perf_counter() - started)
         store.close()
     return imported, by_hand
+
+
+def deepconf_saving(problems: int, *, quick: bool) -> dict[str, Any]:
+    """DeepConf against self-consistency at the same budget on the pocket model (see the module docstring)."""
+    import graphs
+    from scaffold.pocket import PocketConfig, pocket_model, pocket_task
+
+    path = pocket_model(config=PocketConfig.quick() if quick else PocketConfig(), progress=False)
+    task = pocket_task(path)
+    rows = task.problems(problems, seed=0, split="test")
+    budget, warmup, batch = (8, 4, 2) if quick else (32, 8, 4)
+    prompts = graphs.pocket_defaults("deepconf", path)
+    arms = {
+        "self_consistency": graphs.self_consistency.build(n=budget, prompt=prompts["prompt"]),
+        "deepconf_high": graphs.deepconf.build(warmup=warmup, batch=batch, budget=budget, eta=0.9, **prompts),
+        "deepconf_low": graphs.deepconf.build(warmup=warmup, batch=batch, budget=budget, eta=0.1, **prompts),
+    }
+    model = sf.Model(sf.TransformersBackend(path, max_batch_size=64), name=f"pocket:{path.name}",
+                     params={"temperature": 1.0, "max_tokens": 96})
+    right: dict[str, list[float]] = {}
+    tokens: dict[str, list[int]] = {}
+    for name, graph in arms.items():
+        started = time.perf_counter()
+        results = sorted(graph.map_sync([{"problem": r["problem"]} for r in rows], models={"solver": model},
+                                        concurrency=32, seed=0, store=None), key=lambda r: r.index or 0)
+        right[name] = [float(r.ok and sf.equivalent(r.answer, row["answer"])) for r, row in zip(results, rows)]
+        tokens[name] = [r.usage.completion_tokens for r in results]
+        calls = sum(sum(r.calls_by_model().values()) for r in results)
+        print(f"{name}: accuracy {sum(right[name]) / len(rows):.3f}, {sum(tokens[name]) / len(rows):,.0f} generated "
+              f"tokens and {calls / len(rows):.1f} samples a problem ({time.perf_counter() - started:.0f} s)")
+    out: dict[str, Any] = {"deepconf_problems": len(rows), "deepconf_budget": budget}
+    for name, key in (("deepconf_high", "deepconf"), ("deepconf_low", "deepconf_low")):
+        saving, low, high = _bootstrap(lambda idx, n=name: 1 - sum(tokens[n][i] for i in idx)
+                                       / max(1, sum(tokens["self_consistency"][i] for i in idx)), len(rows))
+        diff, dlow, dhigh = _bootstrap(lambda idx, n=name: sum(right[n][i] - right["self_consistency"][i]
+                                                               for i in idx) / len(idx), len(rows))
+        print(f"{name} against self-consistency@{budget}: {saving:.1%} fewer generated tokens "
+              f"[{low:.1%}, {high:.1%}]; accuracy difference {diff:+.3f} [{dlow:+.3f}, {dhigh:+.3f}]")
+        out[f"{key}_token_saving"] = round(saving, 4)
+        out[f"{key}_token_saving_ci95"] = [round(low, 4), round(high, 4)]
+        out[f"{key}_accuracy_diff"] = round(diff, 4)
+        out[f"{key}_accuracy_diff_ci95"] = [round(dlow, 4), round(dhigh, 4)]
+    out["deepconf_accuracy"] = {name: round(sum(v) / len(rows), 4) for name, v in right.items()}
+    return out
+
+
+def _bootstrap(statistic: Any, n: int, resamples: int = 2000) -> tuple[float, float, float]:
+    """The statistic on all ``n`` problems, and the 2.5th and 97.5th percentiles over resampled problems."""
+    rng = random.Random(0)
+    values = sorted(statistic([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
+    return statistic(list(range(n))), values[int(0.025 * resamples)], values[int(0.975 * resamples) - 1]
 
 
 def prompt_bounds() -> tuple[list[int], list[int]]:

@@ -12,6 +12,10 @@ confidence-weighted vote of the kept samples. Nodes: ``warmup``, then ``more@{i}
 A trace's confidence is :func:`scaffold.trace_confidence` of its token logprobs (the lowest group by default:
 ``measure``, ``window``), which every call here records (``logprobs=True``).
 
+With ``warmup * eta`` below 2 the bar keeps a single warmup sample, whose consensus with itself is 1: every run
+stops after the warmup, and DeepConf is the most confident of ``warmup`` samples (on the pocket model, warmup 8
+at ``eta`` 0.1 did that, as well as self-consistency over 32 at a quarter of the tokens: ``benchmarks/replay.py``).
+
 **Departures.** The paper stops a trace *while it is generated*, as soon as a group's confidence falls below the
 bar; that needs a stream of per-token logprobs and an engine that can be told to stop, so here a trace is
 generated whole and then kept or dropped (the sampling stops early, a trace does not). Token confidence is the

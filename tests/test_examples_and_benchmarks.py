@@ -269,14 +269,25 @@ def test_answers_benchmark_ends_with_its_json_keys() -> None:
     assert figures["held_out"] >= 300 and 0 <= figures["choice_baseline"] < figures["choice_accuracy"] <= 1
 
 
-def test_replay_benchmark_ends_with_its_json_keys() -> None:
-    """benchmarks/replay.py with fewer draws: one JSON line; no model call while replaying, the replayed votes near
-    their exact hypergeometric expectation."""
-    figures = last_json(run("benchmarks/replay.py", "--draws", "100", "--import-rows", "300"))
+def test_replay_benchmark_ends_with_its_json_keys(pocket_quick_build: tuple[Path, str]) -> None:
+    """benchmarks/replay.py with fewer draws and DeepConf on 8 problems of the session's quick pocket model: one
+    JSON line; no model call while replaying, the replayed votes near their exact hypergeometric expectation."""
+    cache, _ = pocket_quick_build
+    figures = last_json(run("benchmarks/replay.py", "--draws", "100", "--import-rows", "300",
+                            "--deepconf-problems", "8", "--quick-pocket", env={"SCAFFOLD_CACHE": str(cache)}))
     check_keys(figures, {"bench": str, "replay_problem_k_per_s": int, "replay_direct_per_s": int, "replay_calls": int,
                          "replay_exact_gap": NUMBER, "compaction_max_prompt_tokens": int,
                          "rsa_max_prompt_tokens": int, "import_rows_per_s": int, "import_by_hand_rows_per_s": int,
-                         "problems": int, "samples": int, "draws": int})
+                         "problems": int, "samples": int, "draws": int, "deepconf_problems": int,
+                         "deepconf_budget": int, "deepconf_token_saving": NUMBER, "deepconf_token_saving_ci95": list,
+                         "deepconf_accuracy_diff": NUMBER, "deepconf_accuracy_diff_ci95": list,
+                         "deepconf_low_token_saving": NUMBER, "deepconf_low_token_saving_ci95": list,
+                         "deepconf_low_accuracy_diff": NUMBER, "deepconf_low_accuracy_diff_ci95": list,
+                         "deepconf_accuracy": dict})
+    assert figures["deepconf_problems"] == 8 and figures["deepconf_budget"] == 8
+    low, high = figures["deepconf_token_saving_ci95"]
+    assert -1 < low <= figures["deepconf_token_saving"] <= high < 1  # the same budget: it cannot save everything
+    assert set(figures["deepconf_accuracy"]) == {"self_consistency", "deepconf_high", "deepconf_low"}
     assert figures["import_rows_per_s"] > figures["import_by_hand_rows_per_s"] > 0
     assert figures["compaction_max_prompt_tokens"] < figures["rsa_max_prompt_tokens"]
     assert figures["bench"] == "replay" and figures["replay_calls"] == 0 and figures["draws"] == 100
