@@ -115,3 +115,32 @@ def test_any_record_is_stored_or_refused_alone_and_the_next_run_reads_back(
                   run_id=plain)
     assert store.run(plain).status == "ok" and [t.answer for t in store.traces(plain)] == ["4"]
     assert store.write_error is None
+
+
+def described(value: Any, where: str, depth: int = 0) -> str | None:
+    """An independent statement of what ``check_value`` refuses, naming the place the direct way (every path
+    written out as it is walked)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            bad = next(c for c in value if 0xD800 <= ord(c) <= 0xDFFF)
+            return f"{where} holds a lone surrogate (\\u{ord(bad):04x}), which is not valid Unicode text"
+        return None
+    if isinstance(value, (dict, list, tuple)):
+        if depth >= 64:
+            return f"{where} is nested more than 64 levels deep"
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            if isinstance(key, str) and described(key, "") is not None:
+                return f"a key of {where} holds a lone surrogate, which is not valid Unicode text"
+            found = described(item, f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]", depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON, depth=st.integers(0, 66))
+def test_check_value_names_the_first_bad_place_as_a_direct_walk_does(value: Any, depth: int) -> None:
+    """What ``check_value`` refuses, and the place it names, are what an independent walk of the value says."""
+    assert check_value(value, "inputs", depth) == described(value, "inputs", depth)
