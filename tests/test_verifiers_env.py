@@ -69,6 +69,8 @@ def test_spiral_rollouts_carry_scaffolds_set_credit_on_every_step(tmp_path):
         final = store.run(run)
         assert output["reward"] == float(final.answer == "4")  # the rollout's reward: the final answer's
         assert output["completion"][0]["content"] in {"so \\boxed{4}", "so \\boxed{5}"}
+        assert output["is_completed"] and output["stop_condition"] == "graph_finished"
+        assert output["timing"]["generation_ms"] > 0
 
 
 def test_a_nodes_own_parameters_win_over_the_trainers_sampling_arguments():
@@ -94,6 +96,7 @@ def test_a_failing_server_gives_a_failed_rollout_and_keeps_the_record(tmp_path):
         [output] = evaluate(env, server, rollouts=1)
     assert output["reward"] == 0.0 and output["error"] is not None
     assert "ModelError" in json.dumps(output["error"])  # verifiers' own error type for a model failure
+    assert output["stop_condition"] == "has_error"
     [info] = store.runs()
     assert info.status == "error" and store.traces(info.id)  # the failed calls are recorded
 

@@ -182,6 +182,16 @@ def _environment_class() -> type:
             rubric = vf.Rubric(funcs=[self.graph_reward])
             super().__init__(rubric=rubric, message_type="chat", **kwargs)
 
+        @vf.stop(priority=100)
+        async def has_error(self, state: Any, **_: Any) -> bool:
+            """The run failed (a call or the graph): the rollout ends with ``verifiers``' error."""
+            return state.get("error") is not None
+
+        @vf.stop
+        async def graph_finished(self, state: Any, **_: Any) -> bool:
+            """The run ended: one run is one rollout."""
+            return "scaffold" in state
+
         async def graph_reward(self, state: Any, **_: Any) -> float:
             """The reward of the run's final answer (0 for a run that failed)."""
             return float(state.get("scaffold", {}).get("reward", 0.0))
@@ -206,7 +216,7 @@ def _environment_class() -> type:
                     f"graph {self.graph.name!r} returned {type(result.output).__name__}, not one trace to reward"))
             state["scaffold"] = {"run_id": result.run_id, "answer": result.answer, "reward": reward,
                                  "traces": [step["extras"].get("trace_id") for step in state["trajectory"]]}
-            state["is_completed"] = True
+            await self.is_completed(state)  # the stop conditions: the rollout's timing, truncation and why it ended
             return state
 
         def _credited(self, result: sf.RunResult, answer: str, steps: list[dict[str, Any]]) -> list[Any]:
