@@ -43,6 +43,7 @@ from typing import Any
 
 import scaffold as sf
 from scaffold._messages import call_from_dict, message_dict
+from scaffold.backends._openai import CLIENT_PARAMS
 from trainers.credit import assign_credit
 from trainers.rewards import RewardFn, math_reward, rewards_from
 from trainers.types import ROLES
@@ -52,8 +53,7 @@ __all__ = ["verifiers_environment", "load_environment", "sampling_args", "Traine
 STEP_KEY = "verifiers_step"
 """The key of a model trace's ``metadata`` that names its step in the rollout's ``trajectory``."""
 
-_NOT_SENT = frozenset({"timeout", "request_timeout", "num_retries", "max_retries", "api_base", "base_url",
-                       "api_key", "stream", "stream_options", "extra_headers", "extra_body", "n"})
+_NOT_SENT = CLIENT_PARAMS | {"n"}
 """Request parameters that configure a client, not the generation (and ``n``: one choice per call here)."""
 
 
