@@ -254,8 +254,7 @@ def agent_server(tmp_path):
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_openai_sdk_tool_round_trip_resumes_the_served_agent(agent_server, stream, tmp_path):
     up, start = agent_server
-    with start(store=True) as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="unused")
+    with start(store=True) as server, openai.OpenAI(base_url=server.base_url, api_key="unused") as client:
         messages = [{"role": "user", "content": "What is the weather in Paris?"}]
         if stream:
             chunks = list(client.chat.completions.create(model="agent", messages=messages, tools=[WEATHER],
@@ -290,8 +289,7 @@ def test_the_openai_sdk_tool_round_trip_resumes_the_served_agent(agent_server, s
 
 def test_without_a_store_the_round_trip_runs_the_graph_again_from_the_clients_turns(agent_server):
     up, start = agent_server
-    with start(store=False) as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="unused")
+    with start(store=False) as server, openai.OpenAI(base_url=server.base_url, api_key="unused") as client:
         messages = [{"role": "user", "content": "Weather?"}]
         first = client.chat.completions.create(model="agent", messages=messages, tools=[WEATHER])
         messages += [first.choices[0].message.model_dump(exclude_none=True),
@@ -312,8 +310,8 @@ def test_without_a_store_the_round_trip_runs_the_graph_again_from_the_clients_tu
 ])
 def test_a_malformed_tool_conversation_is_a_400(agent_server, extra, message):
     _, start = agent_server
-    with start(store=True) as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    with (start(store=True) as server,
+          openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as client):
         with pytest.raises(openai.BadRequestError, match=message):
             client.chat.completions.create(model="agent", messages=[{"role": "user", "content": "q"}, *extra],
                                            tools=[WEATHER])
@@ -322,7 +320,7 @@ def test_a_malformed_tool_conversation_is_a_400(agent_server, extra, message):
 def test_a_client_tool_named_like_a_server_tool_is_a_400(agent_server):
     _, start = agent_server
     clash = {"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}
-    with start(store=True) as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    with (start(store=True) as server,
+          openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0) as client):
         with pytest.raises(openai.BadRequestError, match="the server's own tools are named calculator"):
             client.chat.completions.create(model="agent", messages=[{"role": "user", "content": "q"}], tools=[clash])

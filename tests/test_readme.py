@@ -50,8 +50,9 @@ def test_readme_serving_snippet_runs_against_a_served_pocket_model(pocket_quick)
     directory, _ = pocket_quick
     app = build_app({"served": {"pocket-sc": {"topology": "self_consistency", "params": {"n": 8},
                                               "models": {"solver": f"pocket:{directory}"}}}}, store="none")
-    out = io.StringIO()
+    out, namespace = io.StringIO(), {}
     with ServeThread(app) as server, contextlib.redirect_stdout(out):
-        exec(compile(block.replace("http://127.0.0.1:8000/v1", server.base_url), str(README), "exec"), {})
+        exec(compile(block.replace("http://127.0.0.1:8000/v1", server.base_url), str(README), "exec"), namespace)
+    namespace["client"].close()  # its pooled socket would otherwise warn, unclosed, in whichever test runs next
     printed = out.getvalue()
     assert "boxed" in printed and "'calls': 8" in printed

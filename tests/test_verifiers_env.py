@@ -33,7 +33,8 @@ def right_then_wrong() -> Any:
 
 def evaluate(env: Any, server: OpenAIServer, *, rollouts: int = 2, args: Any = WITH_IDS, **kwargs: Any) -> list[Any]:
     async def run() -> Any:
-        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0) as client:
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0,
+                                      timeout=120) as client:  # a loaded CI machine is slow to connect
             return await env.evaluate(client=client, model="policy", sampling_args=dict(args),
                                       rollouts_per_example=rollouts, state_columns=["scaffold", "trajectory"],
                                       **kwargs)
