@@ -53,6 +53,6 @@ def test_readme_serving_snippet_runs_against_a_served_pocket_model(pocket_quick)
     out, namespace = io.StringIO(), {}
     with ServeThread(app) as server, contextlib.redirect_stdout(out):
         exec(compile(block.replace("http://127.0.0.1:8000/v1", server.base_url), str(README), "exec"), namespace)
-    namespace["client"].close()  # its pooled socket would otherwise warn, unclosed, in whichever test runs next
+    namespace["client"].close()  # what the snippet opened is closed here, in the test that opened it
     printed = out.getvalue()
     assert "boxed" in printed and "'calls': 8" in printed
