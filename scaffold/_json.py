@@ -31,7 +31,14 @@ def to_json(value: Any, *, stable: bool = False) -> Any:
         >>> to_json({"b", "a"}, stable=True)
         ['a', 'b']
     """
-    if value is None or isinstance(value, (bool, int, str)):
+    kind = type(value)  # the exact types JSON data is made of first: no abstract-class checks for them
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {str(k): to_json(v, stable=stable) for k, v in value.items()}
+    if kind is list:
+        return [to_json(v, stable=stable) for v in value]
+    if isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None

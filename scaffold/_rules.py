@@ -14,6 +14,7 @@ from typing import Any
 
 from scaffold._answers import Equivalence, Extractor, equivalent
 from scaffold._builder import current_builder
+from scaffold._clusters import cluster_answers, vote_summary
 from scaffold._errors import EmptySetError, GraphDefinitionError, SubsetSizeError
 from scaffold._judge import Judge, Similar
 from scaffold._nodes import (
@@ -33,61 +34,9 @@ from scaffold._types import Trace
 from scaffold.answers import AnswerKind, answer_kind, as_extractor
 
 
-def cluster_answers(
-    traces: Sequence[Trace],
-    weight: Callable[[Trace], float] | None = None,
-    same: Equivalence = equivalent,
-) -> list[tuple[str, float, list[Trace]]]:
-    """Group traces whose answers are equivalent; returns ``(answer, total weight, members)``, best first.
-
-    Traces without an answer are left out. Ties go to the cluster seen first.
-
-    Examples:
-        >>> from scaffold._types import Trace
-        >>> ts = [Trace(id=str(i), run_id="r", node="s", index=i, answer=a) for i, a in enumerate(["1/2", "0.5", "3"])]
-        >>> [(a, w) for a, w, _ in cluster_answers(ts)]
-        [('1/2', 2.0), ('3', 1.0)]
-    """
-    clusters: list[tuple[str, list[float], list[Trace]]] = []
-    exact: dict[str, int] = {}
-    for trace in traces:
-        answer = trace.answer
-        if answer is None:
-            continue
-        w = 1.0 if weight is None else float(weight(trace))
-        where = exact.get(answer)
-        if where is None:
-            for i, (rep, _, _) in enumerate(clusters):
-                if same(rep, answer):
-                    where = i
-                    break
-            if where is None:
-                where = len(clusters)
-                clusters.append((answer, [0.0], []))
-            exact[answer] = where
-        clusters[where][1][0] += w
-        clusters[where][2].append(trace)
-    order = sorted(range(len(clusters)), key=lambda i: -clusters[i][1][0])  # stable: first seen wins ties
-    return [(clusters[i][0], clusters[i][1][0], clusters[i][2]) for i in order]
-
-
 def _vote_output(traces: list[Trace], weight: Callable[[Trace], float] | None, same: Equivalence) -> RuleOutput:
-    clusters = cluster_answers(traces, weight, same)
-    counts = [[answer, total, len(members)] for answer, total, members in clusters]
-    total = sum(c[1] for c in clusters)
-    if not clusters:
-        return RuleOutput(text="", answer=None, metadata={"counts": [], "share": 0.0, "voters": len(traces)})
-    answer, top, members = clusters[0]
-    return RuleOutput(
-        text=members[0].text,
-        answer=answer,
-        metadata={
-            "counts": counts,
-            "share": top / total if total else 0.0,
-            "voters": len(traces),
-            "winner": members[0].id,
-        },
-    )
+    text, answer, metadata = vote_summary(traces, weight, same)
+    return RuleOutput(text=text, answer=answer, metadata=metadata)
 
 
 def _equivalence(value: Equivalence | AnswerKind | str | None, what: str) -> Equivalence | None:

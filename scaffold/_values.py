@@ -101,6 +101,8 @@ def check_value(value: Any, where: str, depth: int = 0) -> str | None:
         >>> check_value({"problem": "x\\ud800"}, "inputs")
         'inputs.problem holds a lone surrogate (\\\\ud800), which is not valid Unicode text'
     """
+    if _recordable(value, depth):  # the common case, without building a path for every member
+        return None
     if isinstance(value, str):
         if has_lone_surrogate(value):
             bad = next(c for c in value if 0xD800 <= ord(c) <= 0xDFFF)
@@ -118,3 +120,26 @@ def check_value(value: Any, where: str, depth: int = 0) -> str | None:
             if found is not None:
                 return found
     return None
+
+
+def _recordable(value: Any, depth: int) -> bool:
+    """Whether :func:`check_value` finds nothing to refuse in ``value`` (it says what, and where, when not)."""
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or not has_lone_surrogate(value)
+    if value is None or kind is int or kind is float or kind is bool:
+        return True
+    if kind is dict or kind is list or isinstance(value, (Mapping, list, tuple, set, frozenset)):
+        if depth >= MAX_DEPTH:
+            return False
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(key, str) and not key.isascii() and has_lone_surrogate(key):
+                    return False
+                if not _recordable(item, depth + 1):
+                    return False
+            return True
+        return all(_recordable(item, depth + 1) for item in value)
+    if isinstance(value, str):
+        return not has_lone_surrogate(value)
+    return True

@@ -148,3 +148,125 @@ def test_the_command_line_imports_then_compares_and_replays(tmp_path):
     bad.write_text('{"problem": "1+1", "outputs": ["2"]}\nnot json\n')
     refused = runner.invoke(main, ["--store", db, "runs", "import", str(bad), "--name", "bad"])
     assert refused.exit_code != 0 and "bad.jsonl:2" in refused.output
+
+
+CHOICE_ROWS = [
+    {"problem": "Which is a prime?", "choices": ["4", "7", "9"], "answer": "B",
+     "outputs": ["The answer is (B).", {"text": "**C**", "model": "m1", "cost": 0.0, "note": "é"}, "Answer: 7"]},
+    {"problem": "Pick one", "choices": ["red", "blue"], "answer": "A", "outputs": ["no idea"]},
+]
+
+
+def _table_rows(path: Path, ignore: frozenset[str] = frozenset()) -> dict[str, list[dict]]:
+    """Every row of every table of the store at ``path``, times, reward ids and ``ignore`` left out, in a stable
+    order."""
+    import sqlite3
+
+    times = {"created_at", "started_at", "finished_at", "id", *ignore}
+    tables = {}
+    with sqlite3.connect(path) as conn:
+        for table in ("datasets", "evaluations", "items", "runs", "requests", "calls", "edges", "rewards"):
+            cursor = conn.execute(f"select * from {table}")
+            columns = [c[0] for c in cursor.description]
+            found = [{k: v for k, v in zip(columns, row) if k not in times or (table, k) in
+                      {("runs", "id"), ("calls", "id")} or (table == "calls" and k == "started_at" and v == 0.0)}
+                     for row in cursor.fetchall()]
+            tables[table] = sorted(found, key=lambda r: json.dumps(r, sort_keys=True, default=repr))
+    return tables
+
+
+@pytest.mark.parametrize(("rows", "answer_kind"), [(ROWS, None), (CHOICE_ROWS, "choice")])
+def test_an_import_records_exactly_what_a_run_of_the_imported_graph_records(tmp_path, rows, answer_kind):
+    """The bulk import writes, field by field, the records that running ``IMPORTED`` over the same rows writes."""
+    from scaffold._sync import run_released
+    from scaffold.evaluation import IMPORTED
+    from scaffold.evaluation._harness import record_evaluation
+    from scaffold.store._import import IMPORTED_SPEC, _checked
+
+    assert IMPORTED.spec() == IMPORTED_SPEC
+    fast = sf.Store(str(tmp_path / "fast.db"))
+    fast.import_outputs(rows, name="elsewhere", answer_kind=answer_kind)
+    fast.close()
+    checked = [_checked(f"row {i}", row, "problem", "answer", "outputs") for i, row in enumerate(rows)]
+    settings = {"graph": "imported", "imported_from": "rows", "rows": len(rows)}
+    slow = sf.Store(str(tmp_path / "slow.db"))
+    run_released(record_evaluation(IMPORTED, checked, {}, name="elsewhere", store=slow, dataset="elsewhere",
+                                   answer_kind=answer_kind, require_answers=False, settings=settings), {})
+    slow.close()
+    assert _table_rows(tmp_path / "fast.db") == _table_rows(tmp_path / "slow.db")
+
+
+def test_an_import_stopped_part_way_resumes_after_the_last_row_recorded(tmp_path, monkeypatch):
+    """Stopped while recording its third row, the same import again records the rest, no row or score twice."""
+    import scaffold.store._import as importing
+
+    recorded = importing._run_records
+
+    def stop_at_third(run_id, item, *args):
+        if item == 2:
+            raise KeyboardInterrupt
+        return recorded(run_id, item, *args)
+
+    rows = [*ROWS, *[{"problem": f"{i}+0", "answer": str(i), "outputs": [f"\\boxed{{{i}}}"] * 2} for i in range(3)]]
+    store = sf.Store(str(tmp_path / "runs.db"), batch_size=4)  # small transactions: rows 0 and 1 are committed
+    monkeypatch.setattr(importing, "_run_records", stop_at_third)
+    with pytest.raises(KeyboardInterrupt):
+        store.import_outputs(rows, name="elsewhere")
+    store.flush()
+    assert [r.id for r in store.runs()] and len(store.runs()) == 2
+    monkeypatch.setattr(importing, "_run_records", recorded)
+    store.import_outputs(rows, name="elsewhere")
+    assert len(store.runs()) == len(rows)
+    for item, row in enumerate(rows):
+        rewards = store.rewards(f"elsewhere-{item}")
+        assert len(rewards) == (len(row["outputs"]) + 1 if "answer" in row else 0)
+    store.close()
+    whole = sf.Store(str(tmp_path / "whole.db"))
+    whole.import_outputs(rows, name="elsewhere")
+    whole.close()
+    # as if never stopped, but for the attempts of a run whose records were cut by the stop (it started again)
+    assert _table_rows(tmp_path / "runs.db", frozenset({"attempts"})) == _table_rows(tmp_path / "whole.db",
+                                                                                    frozenset({"attempts"}))
+
+
+def test_an_import_stopped_inside_a_row_records_that_row_once_when_resumed(tmp_path, monkeypatch):
+    """Stopped after a row's run and first output were recorded (no vote, no scores yet), the import again
+    finishes that row: one score per output and one for the run, the run ``ok``."""
+    import scaffold.store._import as importing
+
+    recorded = importing._run_records
+
+    def stop_inside_second(run_id, item, *args):
+        for number, record in enumerate(recorded(run_id, item, *args)):
+            if item == 1 and number == 2:
+                raise KeyboardInterrupt
+            yield record
+
+    store = sf.Store(str(tmp_path / "runs.db"), batch_size=2)  # small transactions: part of row 1 is committed
+    monkeypatch.setattr(importing, "_run_records", stop_inside_second)
+    with pytest.raises(KeyboardInterrupt):
+        store.import_outputs(ROWS, name="elsewhere")
+    store.flush()
+    assert store.run("elsewhere-1").status == "running" and len(store.traces("elsewhere-1")) == 1
+    monkeypatch.setattr(importing, "_run_records", recorded)
+    store.import_outputs(ROWS, name="elsewhere")
+    assert store.run("elsewhere-1").status == "ok" and len(store.traces("elsewhere-1")) == 4
+    assert len(store.rewards("elsewhere-1")) == 4 and len(store.runs()) == 3
+    assert [o.correct for o in load_report(store, "elsewhere").outcomes] == [True, False, None]
+    store.close()
+
+
+def test_an_import_is_recorded_alike_on_sqlite_and_postgresql(store_url):
+    """The bulk path writes runs, traces, lineage and scores through each database's own bulk statements."""
+    store = sf.Store(store_url, batch_size=7)  # several transactions, a row's records split between them
+    done = store.import_outputs(ROWS, name="elsewhere")
+    assert (done.rows, done.outputs, done.scored) == (3, 7, 2)
+    report = load_report(store, "elsewhere")
+    assert [o.correct for o in report.outcomes] == [True, False, None]
+    rewards = store.rewards("elsewhere-0")
+    assert sorted((r["call_id"] or "", r["value"]) for r in rewards) == [
+        ("", 1.0), ("elsewhere-0/outputs#0", 1.0), ("elsewhere-0/outputs#1", 0.0), ("elsewhere-0/outputs#2", 1.0)]
+    assert next(r for r in rewards if r["call_id"] is None)["metadata"] == {"reference": "4"}
+    vote = next(t for t in store.traces("elsewhere-1") if t.kind is sf.TraceKind.RULE)
+    assert vote.answer == "7" and len(vote.inputs) == 3 and vote.metadata["counts"][0] == ["7", 2.0, 2]
+    store.close()

@@ -44,7 +44,7 @@ FLOOR_PLAN: tuple[Layer, ...] = (
     Layer("leaves", tuple(f"scaffold.{name}" for name in (
         "_types", "_secrets", "_clock", "_context", "_validation", "_errors", "_answers", "_confidence", "_json",
         "_template", "_result", "_events", "_limits", "_throttle", "_rows", "_selectors", "_values", "_extras",
-        "_openai_wire", "_messages", "answers",
+        "_openai_wire", "_messages", "_clusters", "_external", "answers",
     )), "value types, errors, secrets, clocks, limits, answer extraction and kinds, the OpenAI wire format: "
         "imported by every floor, importing only each other"),
     Layer("backends", ("scaffold.backends",), "requests in, completions out: no graphs, runs or store"),

@@ -16,7 +16,7 @@ from scaffold.evaluation._compare import (
     to_text,
 )
 from scaffold.evaluation._harness import evaluate, evaluate_async
-from scaffold.evaluation._import import IMPORTED, ImportedOutput, ImportedRow, import_outputs
+from scaffold.evaluation._import import IMPORTED, Imported, ImportedOutput, ImportedRow, import_outputs
 from scaffold.evaluation._metrics import (
     DEFAULT_SHARE_EDGES,
     MAX_ENUMERATED_SUBSETS,
@@ -53,6 +53,7 @@ __all__ = [
     "EVAL_SOURCE",
     # importing outputs collected elsewhere
     "import_outputs",
+    "Imported",
     "ImportedRow",
     "ImportedOutput",
     "IMPORTED",

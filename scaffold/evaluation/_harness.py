@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scaffold._answers import Equivalence
+from scaffold._clusters import AnswerChecker
 from scaffold._errors import EvaluationError
 from scaffold._executor import bind_models
 from scaffold._graph import Graph
@@ -26,8 +27,9 @@ from scaffold._sync import no_running_loop, run_released
 from scaffold._types import TraceKind
 from scaffold.answers import AnswerKind
 from scaffold.answers import answer_kind as answer_kind_of
-from scaffold.evaluation._report import EVAL_SOURCE, AnswerChecker, EvalReport, load_report
+from scaffold.evaluation._report import EVAL_SOURCE, EvalReport, load_report
 from scaffold.store._default import resolve_store
+from scaffold.store._evaluations import same_evaluation
 from scaffold.store._store import Store
 
 
@@ -77,7 +79,7 @@ async def record_evaluation(
         recorded.setdefault("answer_kind", kind.name)
     found = await asyncio.to_thread(target.save_evaluation, name, graph=graph.name, dataset=dataset,
                                     settings=recorded, problems=len(rows))
-    _same_evaluation(found, graph.name, dataset, to_json(dict(recorded)), len(rows))
+    same_evaluation(found, graph.name, dataset, to_json(dict(recorded)), len(rows))
     run_ids = [f"{name}-{i}" for i in range(len(rows))]
     scored = {r["run_id"] for r in await asyncio.to_thread(target.rewards_of, run_ids, source=EVAL_SOURCE)
               if r["call_id"] is None}
@@ -153,28 +155,6 @@ def _check(name: str, rows: Sequence[Mapping[str, Any]], store: Store | str, inp
     if target is None:
         raise EvaluationError("an evaluation is recorded in a store; store=None is not allowed")
     return target
-
-
-def _same_evaluation(found: Any, graph: str, dataset: str, settings: Mapping[str, Any], problems: int) -> None:
-    """Resuming under a name recorded with other settings would mix two evaluations: refuse it."""
-    differences = []
-    if found.graph != graph:
-        differences.append(f"graph {found.graph!r} != {graph!r}")
-    if found.dataset != dataset:
-        differences.append(f"dataset {found.dataset!r} != {dataset!r}")
-    if found.problems != problems:
-        differences.append(f"{found.problems} problems != {problems}")
-    for key in sorted(set(found.settings) | set(settings)):
-        if found.settings.get(key) != settings.get(key):
-            differences.append(f"{key}: {_short(found.settings.get(key))} != {_short(settings.get(key))}")
-    if differences:
-        raise EvaluationError(f"evaluation {found.name!r} was recorded with other settings ({'; '.join(differences)}); "
-                              "resume it with the same ones or choose another name")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _score(store: Store, result: RunResult, reference: str, equivalence: Equivalence) -> None:

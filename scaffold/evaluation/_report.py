@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
-from scaffold._answers import Equivalence, equivalent
-from scaffold._rules import cluster_answers
+from scaffold._answers import Equivalence
+from scaffold._clusters import cluster_answers
 from scaffold._types import Trace, TraceKind
 from scaffold.answers import answer_kind as answer_kind_of
 from scaffold.evaluation._metrics import (
@@ -41,15 +41,12 @@ from scaffold.evaluation._metrics import (
     majority_cluster_gain,
     pass_at_k,
 )
+from scaffold.store._evaluations import EVAL_SOURCE
 
 if TYPE_CHECKING:
     from scaffold.store._evaluations import EvaluationInfo
     from scaffold.store._query import RunInfo
     from scaffold.store._store import Store
-
-EVAL_SOURCE = "eval"
-"""The reward source of the correctness rewards ``scaffold eval`` records."""
-
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
@@ -148,23 +145,6 @@ class EvalReport:
 
 
 # -- scoring (used when recording) -------------------------------------------------------------
-class AnswerChecker:
-    """Correctness of answers against one reference, each distinct answer checked once."""
-
-    def __init__(self, reference: str, equivalence: Equivalence = equivalent) -> None:
-        self.reference = reference
-        self.equivalence = equivalence
-        self._seen: dict[str, bool] = {}
-
-    def __call__(self, answer: str | None) -> bool:
-        if answer is None:
-            return False
-        found = self._seen.get(answer)
-        if found is None:
-            found = self._seen[answer] = bool(self.equivalence(answer, self.reference))
-        return found
-
-
 # -- reading -----------------------------------------------------------------------------------
 def load_report(store: Store, name: str, *, ks: Sequence[int] | None = None, samples_node: str | None = None,
                 resamples: int = 1000, confidence: float = 0.95, seed: int = 0,

@@ -9,11 +9,16 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
+from scaffold._errors import EvaluationError
 from scaffold._json import to_json
 from scaffold._types import Status, Trace, TraceKind, Usage
 from scaffold.store._codec import unpack_floats
 from scaffold.store._query import RunInfo, run_info
 from scaffold.store._schema import CALLS, EDGES, EVALUATIONS, REWARDS, RUNS
+
+EVAL_SOURCE = "eval"
+"""The source of the correctness rewards an evaluation records (1.0 or 0.0 for the run's answer and for every
+model trace's and given output's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +130,26 @@ def rewards_of(conn: Connection, run_ids: Sequence[str], source: str, chunk: int
         stmt = select(table).where(table.c.run_id.in_(list(run_ids[start:start + chunk])), table.c.source == source)
         rows.extend(dict(row._mapping) for row in conn.execute(stmt.order_by(table.c.id)))
     return rows
+
+
+def same_evaluation(found: EvaluationInfo, graph: str, dataset: str, settings: Mapping[str, Any],
+                    problems: int) -> None:
+    """Resuming under a name recorded with other settings would mix two evaluations: refuse it."""
+    differences = []
+    if found.graph != graph:
+        differences.append(f"graph {found.graph!r} != {graph!r}")
+    if found.dataset != dataset:
+        differences.append(f"dataset {found.dataset!r} != {dataset!r}")
+    if found.problems != problems:
+        differences.append(f"{found.problems} problems != {problems}")
+    for key in sorted(set(found.settings) | set(settings)):
+        if found.settings.get(key) != settings.get(key):
+            differences.append(f"{key}: {_short(found.settings.get(key))} != {_short(settings.get(key))}")
+    if differences:
+        raise EvaluationError(f"evaluation {found.name!r} was recorded with other settings ({'; '.join(differences)}); "
+                              "resume it with the same ones or choose another name")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

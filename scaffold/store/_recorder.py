@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from scaffold._errors import StoreError
 from scaffold._events import Event, RunFinished, RunStarted, TraceFinished
 from scaffold._json import to_json
-from scaffold._types import TraceKind
+from scaffold._types import Trace, TraceKind
 from scaffold.store import _codec as codec
 
 if TYPE_CHECKING:
@@ -66,20 +66,11 @@ class Recorder:
         }))
 
     def _finished(self, result: RunResult) -> None:
-        calls = [t for t in result.traces if t.kind is TraceKind.MODEL]
-        # outputs collected elsewhere count in the run's totals when any of them says what it cost (imported
-        # ones): then one that does not makes the total unknown, never smaller
-        given = [t for t in result.traces if t.kind is TraceKind.EXTERNAL]
-        paid = calls + (given if any(t.usage.total_tokens or t.cost is not None for t in given) else [])
-        costs = [t.cost for t in paid]
         end = {
             "id": result.run_id, "status": result.status,
             "error": f"{type(result.error).__name__}: {result.error}" if result.error is not None else None,
             "finished_at": result.finished_at or time.time(), "output": codec.output_ids(result.output),
-            "answer": result.answer, "calls": len(calls),
-            "prompt_tokens": sum(t.usage.prompt_tokens for t in paid),
-            "completion_tokens": sum(t.usage.completion_tokens for t in paid),
-            "cost": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None)),
+            "answer": result.answer, **run_totals(result.traces),
         }
         loop = asyncio.get_running_loop()
         durable = self._durable = loop.create_future()
@@ -109,6 +100,20 @@ class Recorder:
         except TimeoutError:
             raise StoreError(f"the store did not confirm this run's record within {timeout:.3g}s (the run's "
                              "timeout); it may still be written") from None
+
+
+def run_totals(traces: Sequence[Trace]) -> dict[str, Any]:
+    """A finished run's totals from its traces: model calls, tokens and cost (``None`` when any is unknown).
+
+    Outputs collected elsewhere (external traces) count when any of them says what it cost or used (imported
+    ones): then one that does not makes the total cost unknown, never smaller."""
+    calls = [t for t in traces if t.kind is TraceKind.MODEL]
+    given = [t for t in traces if t.kind is TraceKind.EXTERNAL]
+    paid = calls + (given if any(t.usage.total_tokens or t.cost is not None for t in given) else [])
+    costs = [t.cost for t in paid]
+    return {"calls": len(calls), "prompt_tokens": sum(t.usage.prompt_tokens for t in paid),
+            "completion_tokens": sum(t.usage.completion_tokens for t in paid),
+            "cost": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))}
 
 
 def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:

@@ -30,8 +30,10 @@ from scaffold.store._writer import Writer
 if TYPE_CHECKING:
     import networkx
 
+    from scaffold.answers import AnswerKind
     from scaffold.backends._model import Model
     from scaffold.store._evaluations import EvaluationInfo
+    from scaffold.store._import import Imported
 
 _OPEN: weakref.WeakSet[Store] = weakref.WeakSet()
 
@@ -143,19 +145,62 @@ class Store:
         self.writer.put(("reward", {"run_id": run_id, "call_id": call_id, "value": float(value), "source": source,
                                     "created_at": time.time(), "metadata": to_json(metadata or {})}))
 
+    def import_outputs(self, source: str | os.PathLike[str] | Iterable[Mapping[str, Any]], *, name: str,
+                       answer_kind: AnswerKind | str | None = None, problem_key: str = "problem",
+                       answer_key: str = "answer", outputs_key: str = "outputs",
+                       dataset: str | None = None) -> Imported:
+        """Record outputs collected elsewhere, a file (JSONL, CSV or Parquet) or rows, as evaluation ``name``: one
+        run per row of the graph ``imported`` (its outputs as external traces, then their vote by the answer kind),
+        scored when rows have references; returns what was recorded (:class:`~scaffold.evaluation.Imported`).
+        ``load_report(store, name)`` reports it as an evaluation; it is voted, replayed, browsed and exported like
+        any run (:mod:`scaffold.store._import`).
+
+        A row has a problem (``problem_key``), optionally a reference answer (``answer_key``) and a list of outputs
+        (``outputs_key``): strings, or objects with ``text`` and any of ``answer``, ``model``, ``prompt_tokens``,
+        ``completion_tokens``, ``cost``, ``logprobs`` and ``reasoning`` (other keys are kept as metadata). In CSV,
+        the outputs cell holds that list as JSON. A row's other keys are kept with it in the dataset
+        (``store.item``).
+
+        Every row is checked first: a bad one is a :class:`~scaffold.DatasetError` naming its file and line, and
+        nothing is recorded. Stopped part way, the same call again resumes after the last row recorded.
+
+        Examples:
+            >>> import os, tempfile
+            >>> import scaffold as sf
+            >>> rows = [{"problem": "2+2", "answer": "4", "outputs": [r"\\boxed{4}", r"\\boxed{5}", r"\\boxed{4}"]},
+            ...         {"problem": "3+3", "answer": "6", "outputs": [{"text": r"\\boxed{7}", "model": "m1"}]}]
+            >>> store = sf.Store(os.path.join(tempfile.mkdtemp(), "imported.db"))
+            >>> store.import_outputs(rows, name="elsewhere")
+            Imported(name='elsewhere', rows=2, outputs=4, scored=2, source='rows')
+            >>> store.run("elsewhere-0").answer
+            '4'
+            >>> store.close()
+        """
+        from scaffold.store._import import import_rows
+
+        return import_rows(self, source, name=name, answer_kind=answer_kind, problem_key=problem_key,
+                           answer_key=answer_key, outputs_key=outputs_key, dataset=dataset)
+
     def add_dataset(self, name: str, rows: Iterable[Mapping[str, Any]] = (), *, source: str | None = None) -> None:
         """Register a dataset and its rows (``Graph.map(dataset=...)`` registers the rows it runs).
 
         Raises :class:`~scaffold.RecordError` before writing anything if a name or row cannot be recorded
         as given (text that is not valid Unicode, a NUL in the name, rows nested more than 64 levels)."""
+        data = self.dataset_rows(name, rows)
+        _check_text(source, "dataset source")
+        self.writer.put(("dataset", {"name": name, "source": source, "created_at": time.time()}))
+        for position, row in enumerate(data):
+            self.writer.put(("item", {"dataset": name, "position": position, "data": row}))
+
+    @staticmethod
+    def dataset_rows(name: str, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` of dataset ``name`` as they are recorded (JSON data), each checked first: a
+        :class:`~scaffold.RecordError` naming the row for one no store can hold (see :meth:`add_dataset`)."""
+        _check_text(name, "dataset name")
         rows = list(rows)
-        for text, what in ((name, "dataset name"), (source, "dataset source")):
-            _check_text(text, what)
         for position, row in enumerate(rows):
             _check_record(row, f"row {position} of dataset {name!r}")
-        self.writer.put(("dataset", {"name": name, "source": source, "created_at": time.time()}))
-        for position, row in enumerate(rows):
-            self.writer.put(("item", {"dataset": name, "position": position, "data": to_json(row)}))
+        return [to_json(row) for row in rows]
 
     @property
     def write_error(self) -> StoreError | None:

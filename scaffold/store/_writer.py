@@ -28,11 +28,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import JSON, Engine, Table, Text, bindparam, cast, func, select, text, update
+from sqlalchemy import JSON, Engine, Table, Text, bindparam, cast, func, literal_column, null, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scaffold._errors import RecordError, StoreError
@@ -85,6 +85,7 @@ class Writer:
         self._requests = bulk(engine, REQUESTS, codec.REQUEST_COLUMNS, keys=None)
         self._calls = bulk(engine, CALLS, codec.CALL_COLUMNS, keys=("id",))
         self._edges = bulk(engine, EDGES, codec.EDGE_COLUMNS, keys=("call_id", "position"))
+        self._rewards = bulk(engine, REWARDS, _REWARD_COLUMNS, keys=None)
         self._call_columns = Columns(CALLS, codec.CALL_COLUMNS, dialect)
         self._request_columns = Columns(REQUESTS, codec.REQUEST_COLUMNS, dialect)
         self._edge_columns = Columns(EDGES, codec.EDGE_COLUMNS, dialect)
@@ -92,10 +93,17 @@ class Writer:
         runs = insert(RUNS)  # a run started again (resumed) keeps its row and counts the attempt
         self._run_upsert = runs.on_conflict_do_update(
             index_elements=["id"],
-            set_={"status": runs.excluded.status, "error": None, "finished_at": None, "attempts": RUNS.c.attempts + 1},
+            set_={"status": runs.excluded.status, "error": null(), "finished_at": null(),
+                  "attempts": RUNS.c.attempts + literal_column("1")},
         )
         self._run_end = update(RUNS).where(RUNS.c.id == bindparam("b_id")).values(
             {name: bindparam(f"b_{name}") for name in _END_COLUMNS})
+        # SQLite: runs, their ends and dataset items as statements compiled once, for many rows at a time
+        self._run_rows = self._end_rows = self._item_rows = None
+        if dialect == "sqlite":
+            self._run_rows = _RowBulk(engine, self._run_upsert, _RUN_COLUMNS)
+            self._end_rows = _RowBulk(engine, self._run_end, (), prefix="b_")
+            self._item_rows = _RowBulk(engine, insert(ITEMS).on_conflict_do_nothing(), ("dataset", "position", "data"))
         self.batch_size = batch_size
         self.linger = linger
         self.retries = retries
@@ -110,6 +118,8 @@ class Writer:
         self._items: deque[tuple[Any, ...]] = deque()
         self._wake = threading.Event()
         self._room = threading.Event()
+        self._writing = threading.Lock()
+        """Held while a batch is written, by the writer thread or by :meth:`write` (one transaction at a time)."""
         self._thread = threading.Thread(target=self._loop, name="scaffold-store-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -173,6 +183,28 @@ class Writer:
         if failure:
             raise StoreError(f"the store could not write: {failure[0]}")
 
+    def write(self, records: Iterable[tuple[Any, ...]]) -> None:
+        """Write ``records`` in the calling thread, :attr:`batch_size` at a time, after everything queued before
+        them: a bulk load (an import) without handing each record to the writer thread. A refused record is
+        handled as the thread handles it (its run ends as an error); raises :class:`StoreError` if the database
+        could not be written. Stopped part way (an exception from ``records``), the batches written so far stay
+        written."""
+        self.flush()
+        failure: list[BaseException] = []
+
+        def done(exc: BaseException | None) -> None:
+            if exc is not None:
+                failure.append(exc)
+
+        for chunk in _chunks(records, self.batch_size):
+            if self._closed:
+                raise StoreError("the store is closed")
+            batch = self._build([*chunk, ("flush", done)])
+            with self._writing:
+                self._write(batch)
+            if failure:
+                raise StoreError(f"the store could not write: {failure[0]}")
+
     def close(self, timeout: float | None = 30.0) -> None:
         """Write what is queued, then stop the thread."""
         if self._closed:
@@ -201,7 +233,8 @@ class Writer:
                     record = items.popleft()
                     batch.records.append(record)
                     stop = self._add_safely(batch, record)
-                self._write(batch)
+                with self._writing:
+                    self._write(batch)
                 self._room.set()
 
     def _probe(self) -> None:
@@ -470,10 +503,16 @@ class Writer:
             conn.execute(insert(DATASETS).on_conflict_do_nothing(), list(batch.datasets.values()))
         if batch.items:
             self._stage = "items"
-            conn.execute(insert(ITEMS).on_conflict_do_nothing(), list(batch.items.values()))
+            if self._item_rows is not None:
+                self._item_rows.execute(conn, batch.items.values())
+            else:
+                conn.execute(insert(ITEMS).on_conflict_do_nothing(), list(batch.items.values()))
         if batch.runs:
             self._stage = "runs"
-            conn.execute(self._run_upsert, list(batch.runs.values()))
+            if self._run_rows is not None:
+                self._run_rows.execute(conn, batch.runs.values())
+            else:
+                conn.execute(self._run_upsert, list(batch.runs.values()))
         if batch.requests:
             self._stage = "requests"
             self._requests.execute(conn, batch.requests.values())
@@ -485,13 +524,29 @@ class Writer:
             self._edges.execute(conn, batch.edges.values())
         if batch.ends:
             self._stage = "run end"
-            conn.execute(self._run_end, [{f"b_{k}": v for k, v in end.items()} for end in batch.ends])
+            if self._end_rows is not None:
+                self._end_rows.execute(conn, batch.ends)
+            else:
+                conn.execute(self._run_end, [{f"b_{k}": v for k, v in end.items()} for end in batch.ends])
         if batch.rewards:
             self._stage = "rewards"
-            rewards = _known_targets(conn, batch.rewards)
-            if rewards:
-                conn.execute(REWARDS.insert(), rewards)
+            rewards = _known_targets(conn, batch.rewards, batch)
+            if rewards:  # JSON serialised here, as for calls: no per-row parameter processing
+                self._rewards.execute(conn, [(r["run_id"], r["call_id"], r["value"], r["source"], r["created_at"],
+                                              codec.dumps(r["metadata"]) if r["metadata"] else "{}") for r in rewards])
         self._stage = ""
+
+
+def _chunks(records: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    """``records`` in lists of ``size`` (the last one shorter)."""
+    chunk: list[tuple[Any, ...]] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _failing(done: Done, error: BaseException) -> Done:
@@ -580,7 +635,8 @@ class _Bulk:
     """
 
     def __init__(self, engine: Engine, table: Table, columns: tuple[str, ...], *, keys: tuple[str, ...] | None) -> None:
-        compiled = _upsert(sqlite.insert, table, columns, keys).compile(dialect=engine.dialect)
+        compiled = _upsert(sqlite.insert, table, columns, keys).compile(dialect=engine.dialect,
+                                                                        column_keys=list(columns))
         self.sql = str(compiled)
         names = list(compiled.positiontup or columns)
         self.order = None if names == list(columns) else [columns.index(name) for name in names]
@@ -589,6 +645,27 @@ class _Bulk:
         order = self.order
         params = list(rows) if order is None else [tuple(row[i] for i in order) for row in rows]
         conn.exec_driver_sql(self.sql, params)
+
+
+class _RowBulk:
+    """SQLite: a statement compiled once (bound parameters in a fixed order), executed for many rows given as dicts,
+    their JSON columns serialised here as the JSON type would (:func:`codec.dumps`, ``None`` as ``null``):
+    SQLAlchemy's per-row parameter processing cost more than SQLite itself. ``prefix``: the statement's parameter
+    names are the rows' keys with it (an UPDATE's ``b_id``)."""
+
+    def __init__(self, engine: Engine, statement: Any, columns: tuple[str, ...], *, prefix: str = "") -> None:
+        compiled = statement.compile(dialect=engine.dialect, column_keys=list(columns) or None)
+        self.sql = str(compiled)
+        names = list(compiled.positiontup or ())
+        self.keys = [name[len(prefix):] if prefix and name.startswith(prefix) else name for name in names]
+        table = statement.table
+        self.json = [isinstance(table.c[key].type, JSON) for key in self.keys]
+
+    def execute(self, conn: Any, rows: Iterable[dict[str, Any]]) -> None:
+        plan = list(zip(self.keys, self.json))
+        dumps = codec.dumps
+        conn.exec_driver_sql(self.sql, [tuple(dumps(row[key]) if is_json else row[key] for key, is_json in plan)
+                                        for row in rows])
 
 
 class _ColumnBulk:
@@ -619,17 +696,30 @@ _END_COLUMNS = ("status", "error", "finished_at", "output", "answer", "calls", "
                 "completion_tokens", "cost")
 
 
-def _known_targets(conn: Any, rewards: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rewards whose run (and call) exist; the others are logged and dropped, not the whole batch."""
-    runs = set(conn.execute(select(RUNS.c.id).where(RUNS.c.id.in_({r["run_id"] for r in rewards}))).scalars())
-    named = {r["call_id"] for r in rewards if r["call_id"] is not None}
+_RUN_COLUMNS = ("id", "graph", "spec", "params", "inputs", "models", "seed", "status", "error", "started_at",
+                "finished_at", "output", "answer", "dataset", "item", "calls", "prompt_tokens", "completion_tokens",
+                "cost", "attempts")
+"""The columns a run's first record holds (:class:`~scaffold.store._recorder.Recorder`)."""
+
+_REWARD_COLUMNS = ("run_id", "call_id", "value", "source", "created_at", "metadata")
+"""The columns a reward is written with (its id is the database's)."""
+
+
+def _known_targets(conn: Any, rewards: list[dict[str, Any]], batch: _Batch) -> list[dict[str, Any]]:
+    """The rewards whose run (and call) exist, in the database or in ``batch`` (written just before them); the
+    others are logged and dropped, not the whole batch."""
+    runs = {r["run_id"] for r in rewards} - batch.runs.keys()
+    if runs:
+        runs = set(conn.execute(select(RUNS.c.id).where(RUNS.c.id.in_(runs))).scalars())
+    named = {r["call_id"] for r in rewards if r["call_id"] is not None} - batch.calls.keys()
     calls = set(conn.execute(select(CALLS.c.id).where(CALLS.c.id.in_(named))).scalars()) if named else set()
     known = []
     for reward in rewards:
-        if reward["run_id"] in runs and (reward["call_id"] is None or reward["call_id"] in calls):
+        run, call = reward["run_id"], reward["call_id"]
+        if (run in batch.runs or run in runs) and (call is None or call in batch.calls or call in calls):
             known.append(reward)
         else:
-            _log.warning("reward dropped: the store has no run %r or no call %r", reward["run_id"], reward["call_id"])
+            _log.warning("reward dropped: the store has no run %r or no call %r", run, call)
     return known
 
 
