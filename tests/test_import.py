@@ -270,3 +270,44 @@ def test_an_import_is_recorded_alike_on_sqlite_and_postgresql(store_url):
     vote = next(t for t in store.traces("elsewhere-1") if t.kind is sf.TraceKind.RULE)
     assert vote.answer == "7" and len(vote.inputs) == 3 and vote.metadata["counts"][0] == ["7", 2.0, 2]
     store.close()
+
+
+def test_an_import_killed_mid_way_resumes_to_the_same_records(tmp_path):
+    """A real process importing a file is killed (SIGKILL) once part of it is committed; the same import again, in
+    another process, ends with the records of an import never stopped."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    rows = [{"problem": f"{i}+1", "answer": str(i + 1), "outputs": [f"\\boxed{{{i + 1}}}", f"\\boxed{{{i}}}"] * 3}
+            for i in range(3000)]
+    path = write(tmp_path, "jsonl", rows)
+    db = tmp_path / "runs.db"
+    script = ("import sys, scaffold as sf\n"
+              "store = sf.Store(sys.argv[1], batch_size=40)\n"
+              "store.import_outputs(sys.argv[2], name='elsewhere')\n")
+    child = subprocess.Popen([sys.executable, "-c", script, str(db), str(path)])
+    deadline = time.monotonic() + 120
+    committed = 0
+    while time.monotonic() < deadline and child.poll() is None:
+        try:
+            with sqlite3.connect(db) as conn:
+                committed = conn.execute("select count(*) from rewards where call_id is null").fetchone()[0]
+        except sqlite3.OperationalError:  # the schema is not there yet
+            committed = 0
+        if committed >= 20:
+            break
+        time.sleep(0.01)
+    assert child.poll() is None, "the import finished before it could be killed: give it more rows"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    store = sf.Store(str(db))
+    assert 20 <= len([r for r in store.runs() if r.status == "ok"]) < len(rows)
+    store.import_outputs(path, name="elsewhere")
+    store.close()
+    whole = sf.Store(str(tmp_path / "whole.db"))
+    whole.import_outputs(path, name="elsewhere")
+    whole.close()
+    assert _table_rows(db, frozenset({"attempts"})) == _table_rows(tmp_path / "whole.db", frozenset({"attempts"}))
