@@ -41,26 +41,23 @@ def import_outputs(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
                    answer_key: str = "answer", outputs_key: str = "outputs",
                    dataset: str | None = None) -> Imported:
     """Import a file (JSONL, CSV or Parquet) or rows of outputs collected elsewhere as evaluation ``name`` in
-    ``store``; returns what was recorded (:class:`Imported`). ``load_report(store, name)`` reports it as an
-    evaluation (accuracy of the vote, pass@k and majority@k of the outputs, for rows with references).
-
-    A row has a problem (``problem_key``), optionally a reference answer (``answer_key``) and a list of outputs
-    (``outputs_key``): strings, or objects with ``text`` and any of ``answer``, ``model``, ``prompt_tokens``,
-    ``completion_tokens``, ``cost``, ``logprobs`` and ``reasoning`` (other keys are kept as metadata). In CSV,
-    the outputs cell holds that list as JSON. A row's other keys are kept with it in the dataset (``store.item``).
+    ``store`` (a :class:`~scaffold.Store`, or a path or URL to open one): :meth:`Store.import_outputs
+    <scaffold.Store.import_outputs>`, which says what a row holds. ``load_report(store, name)`` reports it as an
+    evaluation: accuracy of the vote, pass@k and majority@k of the outputs, for rows with references.
 
     Examples:
-        >>> import os, tempfile
+        >>> import json, pathlib, tempfile
         >>> import scaffold as sf
-        >>> rows = [{"problem": "2+2", "answer": "4", "outputs": [r"\\boxed{4}", r"\\boxed{5}", r"\\boxed{4}"]},
-        ...         {"problem": "3+3", "answer": "6", "outputs": [{"text": r"\\boxed{7}", "model": "m1"}]}]
-        >>> store = sf.Store(os.path.join(tempfile.mkdtemp(), "imported.db"))
-        >>> sf.import_outputs(rows, store=store, name="elsewhere")
-        Imported(name='elsewhere', rows=2, outputs=4, scored=2, source='rows')
         >>> from scaffold.evaluation import load_report
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "outputs.jsonl").write_text(json.dumps(
+        ...     {"problem": "2+2", "answer": "4", "outputs": [r"\\boxed{4}", r"\\boxed{5}", r"\\boxed{4}"]}) + "\\n")
+        >>> store = sf.Store(str(folder / "imported.db"))
+        >>> sf.import_outputs(folder / "outputs.jsonl", store=store, name="elsewhere").outputs
+        3
         >>> report = load_report(store, "elsewhere")
-        >>> report.accuracy.value, report.pass_at_k[1].value
-        (0.5, 0.3333333333333333)
+        >>> report.accuracy.value, round(report.pass_at_k[1].value, 3)
+        (1.0, 0.667)
         >>> store.close()
     """
     target = resolve_store(store)
