@@ -160,6 +160,13 @@ def equivalent(a: str | None, b: str | None) -> bool:
     """
     if a is None or b is None:
         return False
+    return _equivalent(a, b)
+
+
+@lru_cache(maxsize=65536)
+def _equivalent(a: str, b: str) -> bool:
+    """:func:`equivalent` of two texts, remembered (a vote or a scoring compares the same few answers again and
+    again)."""
     na, nb = normalise(a), normalise(b)
     if na == nb:
         return True

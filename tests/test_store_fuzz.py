@@ -9,6 +9,7 @@ with NUL characters and lone surrogates, integers of any size, NaN and infinitie
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from typing import Any
 
@@ -144,3 +145,38 @@ def described(value: Any, where: str, depth: int = 0) -> str | None:
 def test_check_value_names_the_first_bad_place_as_a_direct_walk_does(value: Any, depth: int) -> None:
     """What ``check_value`` refuses, and the place it names, are what an independent walk of the value says."""
     assert check_value(value, "inputs", depth) == described(value, "inputs", depth)
+
+
+CLEAN = {"text": st.none() | st.text(st.characters(max_codepoint=126, exclude_characters="\x00"), max_size=8),
+         "json": st.none() | st.just("{}") | st.just('{"a": [1, "b"]}'),
+         "int": st.none() | st.integers(-2**31 + 1, 2**31 - 1), "float": st.none() | st.floats(-1e9, 1e9)}
+"""Values that fit any column of their kind on either database."""
+ODD = {"text": ANY_TEXT | st.just("\\ud800") | st.just("a\\x00b"),
+       "json": ANY_TEXT.map(json.dumps) | st.just('"\\\\ud800"') | st.just('["\\\\ud83d\\\\ude00"]'),
+       "int": st.integers() | st.sampled_from([-2**31 - 1, -2**31, 2**31, -2**63 - 1, 2**63 - 1, 2**63]),
+       "float": st.floats() | st.sampled_from([math.nan, math.inf, -math.inf])}
+"""Values that may not fit: any code point, NUL, lone surrogates, texts around a column's length, any integer."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data(), table=st.sampled_from(["calls", "runs", "edges", "requests", "rewards", "items"]),
+       dialect=st.sampled_from(["sqlite", "postgresql"]))
+def test_the_writers_fast_fit_check_agrees_with_the_check_of_each_value(data: Any, table: str, dialect: str) -> None:
+    """``Columns.fits`` (all texts checked at once) says what the value-by-value check says, on rows of values
+    that fit with a few drawn to test a limit: any code point, NUL, surrogates, lengths, sizes, NaN."""
+    from scaffold.store import _schema
+    from scaffold.store._storable import Columns
+
+    found = getattr(_schema, table.upper())
+    columns = Columns(found, [c.name for c in found.columns], dialect)
+    odd = data.draw(st.sets(st.sampled_from(range(len(columns.kinds))), min_size=1, max_size=2))
+    row = tuple(data.draw(_odd(kind, limit) if i in odd else CLEAN[kind]) if kind in CLEAN else None
+                for i, (kind, limit, _nullable) in enumerate(columns.kinds))
+    assert columns.fits(row) == columns.fits_each(row)
+
+
+def _odd(kind: str, limit: Any) -> Any:
+    if kind == "text" and limit is not None:  # a text of the column's length, or one more
+        lengths = st.sampled_from([limit, limit + 1]).map(lambda n: "a" * n)
+        return st.booleans().flatmap(lambda long: lengths if long else ODD[kind])
+    return ODD[kind]

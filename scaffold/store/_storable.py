@@ -68,9 +68,49 @@ class Columns:
                 self.kinds.append(("text", kind.length, nullable))
             else:
                 self.kinds.append(("other", None, nullable))
+        # the same, grouped by what is checked, for :meth:`fits` (called for every row the writer writes)
+        self._strings = tuple(i for i, (kind, _, _) in enumerate(self.kinds) if kind in ("text", "json"))
+        self._json = tuple(i for i, (kind, _, _) in enumerate(self.kinds) if kind == "json")
+        self._texts = tuple(i for i, (kind, _, _) in enumerate(self.kinds) if kind == "text")
+        self._limited = tuple((i, limit) for i, (kind, limit, _) in enumerate(self.kinds)
+                              if kind == "text" and limit is not None)
+        self._ints = tuple((i, limit[0], limit[1]) for i, (kind, limit, _) in enumerate(self.kinds) if kind == "int")
+        self._floats = tuple(i for i, (kind, _, _) in enumerate(self.kinds) if kind == "float")
 
     def fits(self, row: tuple[Any, ...]) -> bool:
-        """True when every value of ``row`` (in column order) fits as it is: the writer's fast path."""
+        """True when every value of ``row`` (in column order) fits as it is: the writer's fast path (all texts
+        checked as one when they are ASCII, the common case; else :meth:`fits_each`)."""
+        try:
+            if not "".join([v for i in self._strings if (v := row[i]) is not None]).isascii():
+                return self.fits_each(row)
+        except TypeError:  # a value that is not text in a text column
+            return self.fits_each(row)
+        for i in self._json:
+            v = row[i]
+            if v is not None and not json_text_is_clean(v):
+                return False
+        for i, limit in self._limited:
+            v = row[i]
+            if v is not None and len(v) > limit:
+                return False
+        if self.no_nul:
+            for i in self._texts:
+                v = row[i]
+                if v is not None and "\x00" in v:
+                    return False
+        for i, low, high in self._ints:
+            v = row[i]
+            if v is not None and not low <= v <= high:
+                return False
+        isfinite = math.isfinite
+        for i in self._floats:
+            v = row[i]
+            if v is not None and not isfinite(v):
+                return False
+        return True
+
+    def fits_each(self, row: tuple[Any, ...]) -> bool:
+        """:meth:`fits`, value by value."""
         no_nul = self.no_nul
         for value, (kind, limit, _) in zip(row, self.kinds):
             if value is None:

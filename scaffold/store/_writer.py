@@ -663,7 +663,17 @@ class _RowBulk:
 
     def execute(self, conn: Any, rows: Iterable[dict[str, Any]]) -> None:
         plan = list(zip(self.keys, self.json))
-        dumps = codec.dumps
+        done: dict[int, tuple[Any, str]] = {}  # id -> a value these rows share (every run's spec...) and its JSON;
+        # the value is kept, so its id is not reused while this runs
+
+        def dumps(value: Any) -> str:
+            if value is None or type(value) is str:
+                return codec.dumps(value)
+            found = done.get(id(value))
+            if found is None:
+                found = done[id(value)] = (value, codec.dumps(value))
+            return found[1]
+
         conn.exec_driver_sql(self.sql, [tuple(dumps(row[key]) if is_json else row[key] for key, is_json in plan)
                                         for row in rows])
 
