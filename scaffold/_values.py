@@ -5,6 +5,7 @@ what a model returns (a leaf module, standard library only; the store's column l
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -101,7 +102,7 @@ def check_value(value: Any, where: str, depth: int = 0) -> str | None:
         >>> check_value({"problem": "x\\ud800"}, "inputs")
         'inputs.problem holds a lone surrogate (\\\\ud800), which is not valid Unicode text'
     """
-    if _recordable(value, depth):  # the common case, without building a path for every member
+    if _plain_and_recordable(value, depth) or _recordable(value, depth):  # the common cases, without a path
         return None
     if isinstance(value, str):
         if has_lone_surrogate(value):
@@ -120,6 +121,22 @@ def check_value(value: Any, where: str, depth: int = 0) -> str | None:
             if found is not None:
                 return found
     return None
+
+
+def _plain_and_recordable(value: Any, depth: int) -> bool:
+    """True when ``value`` is JSON data (dicts, lists, tuples, texts, numbers) that :func:`check_value` accepts,
+    found by the ``json`` module's C encoder: UTF-8 takes every text and key (none holds a lone surrogate), and it
+    has too few containers to be nested too deep (each ``[`` or ``{`` of its JSON, texts' own included, is at most
+    one level). False when it cannot tell (other types, a surrogate, many containers): :func:`_recordable` walks
+    it then."""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+        text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError):  # not JSON data, or a lone surrogate (UnicodeEncodeError)
+        return False
+    return depth + text.count("[") + text.count("{") <= MAX_DEPTH
 
 
 def _recordable(value: Any, depth: int) -> bool:

@@ -4,6 +4,7 @@ are voted, scored, reported, replayed, browsed and exported; bad rows stop the i
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import math
 import urllib.request
@@ -212,6 +213,7 @@ def test_an_import_stopped_part_way_resumes_after_the_last_row_recorded(tmp_path
     monkeypatch.setattr(importing, "_run_records", stop_at_third)
     with pytest.raises(KeyboardInterrupt):
         store.import_outputs(rows, name="elsewhere")
+    assert gc.isenabled()  # the import pauses the garbage collector while it writes, and restores it when stopped
     store.flush()
     assert [r.id for r in store.runs()] and len(store.runs()) == 2
     monkeypatch.setattr(importing, "_run_records", recorded)
@@ -227,6 +229,20 @@ def test_an_import_stopped_part_way_resumes_after_the_last_row_recorded(tmp_path
     # as if never stopped, but for the attempts of a run whose records were cut by the stop (it started again)
     assert _table_rows(tmp_path / "runs.db", frozenset({"attempts"})) == _table_rows(tmp_path / "whole.db",
                                                                                     frozenset({"attempts"}))
+
+
+def test_an_import_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    """An import pauses the collector while it writes: a caller's collector that was off stays off."""
+    store = sf.Store(str(tmp_path / "runs.db"))
+    gc.disable()
+    try:
+        store.import_outputs(ROWS, name="elsewhere")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    store.import_outputs(ROWS, name="again")
+    assert gc.isenabled() and len(store.runs()) == 2 * len(ROWS)
+    store.close()
 
 
 def test_an_import_stopped_inside_a_row_records_that_row_once_when_resumed(tmp_path, monkeypatch):

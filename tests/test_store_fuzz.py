@@ -140,8 +140,16 @@ def described(value: Any, where: str, depth: int = 0) -> str | None:
     return None
 
 
-@settings(max_examples=300, deadline=None)
-@given(value=JSON, depth=st.integers(0, 66))
+SURROGATE_JSON = st.recursive(
+    st.none() | st.integers() | st.floats() | ANY_TEXT | st.sampled_from(["a\ud800", "\udfff b", "\ud83d\ude00"]),
+    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner)
+    | st.dictionaries(ANY_TEXT | st.just("k\udc80"), inner, max_size=3),
+    max_leaves=12)
+"""JSON data (and tuples) in which lone surrogates, in texts and keys, are frequent."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=JSON | SURROGATE_JSON, depth=st.integers(0, 66) | st.integers(52, 66))
 def test_check_value_names_the_first_bad_place_as_a_direct_walk_does(value: Any, depth: int) -> None:
     """What ``check_value`` refuses, and the place it names, are what an independent walk of the value says."""
     assert check_value(value, "inputs", depth) == described(value, "inputs", depth)

@@ -25,6 +25,7 @@ refuse them (see the training guide for supervised fine-tuning on them instead).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -155,7 +156,13 @@ def import_rows(store: Store, source: str | os.PathLike[str] | Iterable[Mapping[
                 inputs = {key: data[item][key] for key in read if key in data[item]}
                 yield from _run_records(run_ids[item], item, row, inputs, kind, dataset, rewarded)
 
-    store.writer.write(records())  # in this thread, in batches (no hand-over to the writer thread)
+    collecting = gc.isenabled()
+    gc.disable()  # the records are acyclic: collecting young objects while making thousands a row only costs time
+    try:
+        store.writer.write(records())  # in this thread, in batches (no hand-over to the writer thread)
+    finally:
+        if collecting:
+            gc.enable()
     return Imported(name=name, rows=len(rows), outputs=sum(len(r["outputs"]) for r in rows),
                     scored=sum(r.get("answer") is not None for r in rows), source=where)
 
@@ -213,15 +220,16 @@ def _checked(at: str, row: Mapping[str, Any], problem_key: str, answer_key: str,
         field = ".".join(str(part) for part in first["loc"])
         raise DatasetError(f"{at}: {field}: {first['msg']}") from None
     inputs = {key: value for key, value in mapped.items() if key not in ("problem", "answer", "outputs")}
-    inputs.update(problem=checked.problem, outputs=[_output(o) for o in checked.outputs])
+    outputs = checked.model_dump(include={"outputs"}, exclude_none=True)["outputs"]  # one call for all of them
+    inputs.update(problem=checked.problem, outputs=[_output(o) for o in outputs])
     if checked.answer is not None:
         inputs["answer"] = checked.answer
     return inputs
 
 
-def _output(output: ImportedOutput) -> dict[str, Any]:
-    """An output as a candidate mapping (its extra keys and a known reasoning as metadata)."""
-    values = output.model_dump(exclude_none=True)
+def _output(values: dict[str, Any]) -> dict[str, Any]:
+    """An output (an :class:`ImportedOutput`'s values without its ``None`` fields) as a candidate mapping, without
+    token counts of 0 (unknown); its extra keys and a known reasoning become the trace's metadata."""
     for key in ("prompt_tokens", "completion_tokens"):
         if not values.get(key):
             values.pop(key, None)
