@@ -13,8 +13,10 @@ Measures, printing each figure beside its baseline from the same run:
   whose every answer is longer than what it read; baseline: ``graphs.rsa`` at the same T, whose prompts grow with
   the rounds. Both lists are printed.
 - ``import_rows_per_s``: rows of 8 outputs (with model, tokens and cost) imported per second from a JSONL file into
-  a SQLite store (``sf.import_outputs``: checked, recorded, voted and scored). Baseline: the way before it, one
-  ``run_sync`` per row of a vote over the row's outputs given as candidates, recorded in the same kind of store.
+  a SQLite store (``sf.import_outputs``: checked, recorded, voted and scored), the median of three imports, each
+  into a new store (one import of 2,000 rows takes about a second, and one second of a shared 2-core machine
+  varies by a tenth; the three are printed). Baseline: the way before it, one ``run_sync`` per row of a vote
+  over the row's outputs given as candidates, recorded in the same kind of store (median of three too).
 - ``deepconf_token_saving``: the share of generated tokens ``graphs.deepconf`` saves against self-consistency
   at the same budget, on the pocket model (the default build; it records logprobs), with its 95% interval.
   Protocol, fixed before the run: ``--deepconf-problems`` (200) held-out test problems, temperature 1, at most
@@ -36,6 +38,7 @@ import itertools
 import json
 import math
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -135,14 +138,16 @@ def main() -> None:
     print(f"largest gap to the exact hypergeometric majority@k (k = 1, 2, 3, 4, 8, 16): {gap:.4f}")
     compacted, whole = prompt_bounds()
     print(f"longest aggregation prompt over T=1..8 rounds, tokens: pacore {compacted}; rsa {whole}")
-    imported, by_hand = import_rates(args.import_rows)
-    print(f"import: {imported:,.0f} rows of 8 outputs/s; one run_sync per row {by_hand:,.0f}/s "
-          f"(x{imported / by_hand:.1f})")
+    rates = [import_rates(args.import_rows) for _ in range(3)]
+    imported, by_hand = statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
+    print(f"import: {imported:,.0f} rows of 8 outputs/s (median of " + ", ".join(f"{r[0]:,.0f}" for r in rates)
+          + f"); one run_sync per row {by_hand:,.0f}/s (x{imported / by_hand:.1f})")
     saving = deepconf_saving(args.deepconf_problems, quick=args.quick_pocket)
     print(json.dumps({"bench": "replay", **saving, "replay_problem_k_per_s": round(rate), "replay_direct_per_s":
                       round(direct_rate), "replay_calls": replay_calls, "replay_exact_gap": round(gap, 4),
                       "compaction_max_prompt_tokens": max(compacted), "rsa_max_prompt_tokens": max(whole),
                       "import_rows_per_s": round(imported), "import_by_hand_rows_per_s": round(by_hand),
+                      "import_rows_per_s_runs": [round(r[0]) for r in rates],
                       "problems": PROBLEMS, "samples": SAMPLES, "draws": args.draws}))
 
 

@@ -278,7 +278,7 @@ def test_replay_benchmark_ends_with_its_json_keys(pocket_quick_build: tuple[Path
     check_keys(figures, {"bench": str, "replay_problem_k_per_s": int, "replay_direct_per_s": int, "replay_calls": int,
                          "replay_exact_gap": NUMBER, "compaction_max_prompt_tokens": int,
                          "rsa_max_prompt_tokens": int, "import_rows_per_s": int, "import_by_hand_rows_per_s": int,
-                         "problems": int, "samples": int, "draws": int, "deepconf_problems": int,
+                         "import_rows_per_s_runs": list, "problems": int, "samples": int, "draws": int, "deepconf_problems": int,
                          "deepconf_budget": int, "deepconf_token_saving": NUMBER, "deepconf_token_saving_ci95": list,
                          "deepconf_accuracy_diff": NUMBER, "deepconf_accuracy_diff_ci95": list,
                          "deepconf_low_token_saving": NUMBER, "deepconf_low_token_saving_ci95": list,
@@ -289,6 +289,8 @@ def test_replay_benchmark_ends_with_its_json_keys(pocket_quick_build: tuple[Path
     assert -1 < low <= figures["deepconf_token_saving"] <= high < 1  # the same budget: it cannot save everything
     assert set(figures["deepconf_accuracy"]) == {"self_consistency", "deepconf_high", "deepconf_low"}
     assert figures["import_rows_per_s"] > figures["import_by_hand_rows_per_s"] > 0
+    runs = sorted(figures["import_rows_per_s_runs"])  # the figure is the median of three imports
+    assert len(runs) == 3 and runs[1] == figures["import_rows_per_s"]
     assert figures["compaction_max_prompt_tokens"] < figures["rsa_max_prompt_tokens"]
     assert figures["bench"] == "replay" and figures["replay_calls"] == 0 and figures["draws"] == 100
     assert figures["replay_exact_gap"] < 0.03 and figures["replay_problem_k_per_s"] > figures["replay_direct_per_s"]
