@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -147,6 +147,65 @@ def test_choice_finds_any_letter_stated_after_any_reasoning(letter: str, form: s
 def test_choice_never_raises_and_answers_a_letter_or_none(text: str) -> None:
     found = ChoiceAnswer().extract(text)
     assert found is None or found in "ABCDEFGHIJ"
+
+
+PIECES = st.sampled_from([
+    "answer", "Answer: ", "the answer is ", "ANSWER", "answers", "<answer>", "(answer)", "(X) ", "also", "so ",
+    "So, ", "therefore ", "Thus", "hence", "it's ", "It is ", "with", "i ", "I'll ", "we'd ", "We ", "choose ", "pick",
+    "option ", "Choice ", "= ", "=option ", "which is ", "correct", "incorrect ", "right", "best", "final", "closest",
+    "most ", "only ", "response: ", "答案是", "选", "是", "选项", "回答", "答え", "正解", "正しい", "適切", "정답은",
+    "(", ")", "[", "]", "（", "）", "【", "】", "A", "B", "(C)", "[D]", "e", " ", "  ", "\n", ".", ". ", "! ", "? ",
+    "。", "_", "x", "9", "'", "not ", "n't ", "no ", "wrong", "false", "eliminated", "rules out", "except", "不",
+    "错误", "非", "e.g. ", "for example ", "format ", "例如", "İ", "K", "ſ", "\t", "\u00a0",
+])
+"""Fragments of text where the choice kind's shortcuts could matter: cue words inside and outside words, brackets,
+sentence ends, denials, echoed examples, other scripts and characters whose case changes length."""
+
+
+def _cues_by_every_word(clean: str, low: str) -> list[tuple[int, int]]:
+    """The definition the fast search of cues keeps: the cue regex tried wherever any cue word starts."""
+    from scaffold.answers._choice import _CUE, _CUE_WORDS
+
+    if len(low) != len(clean):
+        return [m.span() for m in _CUE.finditer(clean)]
+    starts = sorted({at for word in _CUE_WORDS for at in range(len(low)) if low.startswith(word, at)})
+    out, end = [], -1
+    for at in starts:
+        m = _CUE.match(clean, at) if at >= end else None
+        if m is not None:
+            out.append(m.span())
+            end = m.end()
+    return out
+
+
+@settings(max_examples=600, deadline=None)
+@example("So it's (B).")
+@example("That is 4, which is option B.")
+@example("I'll choose C, and we'd pick (D) = option E.")
+@example("The answer is not (A), which is option B. 【答案】 选 C")
+@given(st.one_of(st.lists(PIECES, max_size=12).map("".join),
+                 st.lists(PIECES.filter(str.isascii), max_size=12).map("".join)))
+def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> None:
+    """Property: the extractor's fast paths (cue words looked for only at word starts and only where their
+    branch can match, denials and examples looked for by their words first, the last sentence found from the
+    end, the markup cleaned without a translation where no wide mark is) give what their plain definitions
+    give."""
+    import re
+
+    from scaffold.answers import _choice as c
+
+    clean = c._clean(text).replace(c._BOX, " ")
+    low = clean.lower()
+    assert [m.span() for m in c._cues(clean, low)] == _cues_by_every_word(clean, low)
+    assert c._denies(text) == (c._DENIED.search(text) is not None)
+    assert c._contains(low, c._EXAMPLE_WORDS[True]) == any(word in low for word in c._EXAMPLE_WORDS[True])
+    if not low.isascii():
+        assert c._contains(low, c._EXAMPLE_WORDS[True]) == c._contains(low, c._EXAMPLE_WORDS[not low.isascii()])
+    line = text.strip()
+    if line:
+        pieces = [part for part in re.split(r"(?<=[.!?。])\s+(?=\S)", line) if part.strip()]
+        assert c._last_sentence(line) == (pieces[-1] if pieces else line)
+    assert c._clean(text) == c._clean(text.translate(c._WIDE))
 
 
 def test_the_tail_of_a_long_text_decides() -> None:

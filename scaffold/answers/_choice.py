@@ -79,13 +79,16 @@ _FIRST = re.compile(
     r"([A-J])\s*[\)\]]?,?\s+(?:which\s+)?(?:is|would\s+be|seems|appears)\s+(?:to\s+be\s+)?"
     r"(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate|answer)\b(?!\s+only\b|\s+if\b)",
 )
+"""A letter that says it is the answer: "(D) is the correct answer", "Option C is correct" (the letter must not
+end a word: checked where it matches, which lets the regex scan for its first character fast)."""
 _NAMED_RIGHT = re.compile(
     r"\(?([A-J])\)\s+[^.\n]{1,60}?\s+(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate)\s+"
     r"(?:answer|option|choice)|\b(?:is|be)\s+(?:option\s+)?\(?([A-J])\)\s+(?=[A-Z])")
 """An option named with its text and said to be right ("option C) 45° is the correct answer"), or stated as
 "... is B) Production of ..."."""
-"""A letter that says it is the answer: "(D) is the correct answer", "Option C is correct" (the letter must not
-end a word: checked where it matches, which lets the regex scan for its first character fast)."""
+_NAMED_RIGHT_HINT = re.compile(r"[A-J]\)\s+[A-Z]")
+"""What the second branch of :data:`_NAMED_RIGHT` needs (the first needs a word of :data:`_FIRST_WORDS` other
+than "answer")."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
 _BOLD_OPTION = re.compile(r"\*\*\(?([A-J])[.)]\s+[^*\n]{1,120}\*\*")
 _OPTION_VERDICT = re.compile(r"\s*(?:[-*•+]\s*)?(?:option\s+)?\(?([A-J])[.):]\s[^\n]{0,200}?\b(?:this|it|which)\s+"
@@ -105,16 +108,35 @@ _LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|
 _DENIED = re.compile(r"\b(?:not|n't|no|wrong|incorrect|false|eliminate[sd]?|rule[sd]? out|except)\b|不|错误|非",
                      re.IGNORECASE)
 _BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
-_FIRST_HINT = re.compile(r"correct|right|best|true|accurate|answer", re.IGNORECASE)
+_FIRST_WORDS = ("answer", "correct", "right", "best", "true", "accurate")
+"""The words :data:`_FIRST` needs (in lower case: it is case-sensitive), looked for before it is tried."""
 _CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
               "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which")
 """Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
 at every character)."""
+_BOUNDED = frozenset(("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response",
+                      "it", "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "only", "which"))
+"""The words of :data:`_CUE_WORDS` that start a cue only after a word boundary (each branch of :data:`_CUE` that
+starts with one opens with ``\\b``)."""
+_NAMED, _BRACKETED_LETTER = 1, 2
+_NEEDS = {"=": _NAMED, "which": _NAMED, "it": _BRACKETED_LETTER}
+"""Words whose only branch of :data:`_CUE` needs more of the text: "= option B" and "which is option B" an
+"option" or a "choice", "it's (B)" a bracket."""
+_STARTS = {(wide, named, bracketed): tuple(
+    (word, word in _BOUNDED) for word in _CUE_WORDS
+    if (wide or word.isascii()) and (named or _NEEDS.get(word) != _NAMED)
+    and (bracketed or _NEEDS.get(word) != _BRACKETED_LETTER))
+    for wide in (False, True) for named in (False, True) for bracketed in (False, True)}
+"""The words to look for (and whether each needs a word boundary before it), by whether the text has other
+scripts than ASCII, an "option" or "choice", and a bracket."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
                       r"[^\n]{0,40}\Z", re.IGNORECASE)
-_EXAMPLE_WORDS = ("例", "比如", "e.g", "example", "instance", "such as", "format")
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
+_EXAMPLE_WORDS = {False: ("e.g", "example", "instance", "such as", "format"),
+                  True: ("例", "比如", "e.g", "example", "instance", "such as", "format")}
+"""Words :data:`_EXAMPLE` needs, for a text in ASCII and for one with other scripts (looked for before it is
+tried)."""
 _MARKER = re.compile(r"^[ \t#*>\-]*(?:final\s+answer|correct\s+answer|answer|ans|最终答案|正确答案|答案)"
                      r"[ \t*\]]*[:：\]][ \t*]*", re.IGNORECASE)
 """An answer marker opening a text's last line ("Answer:", "【答案】:"): what follows it is the final statement."""
@@ -136,6 +158,8 @@ _PLEASANTRY = re.compile(r"\s*(?:I\s+hope\s+(?:this|that|it)\s+helps|hope\s+this
 """A closing courtesy line, passed over when looking for a text's last statement."""
 _OPTION_LINE = re.compile(r"^[ \t]*[\(\[]?([A-J])[ \t]*[\)\].:：、．][ \t]*(\S[^\n]{0,200})$", re.MULTILINE)
 """A line listing an option ("B: 2 mol", "(C) green"), for a text that lists its own options."""
+_SENTENCE_BREAK = re.compile(r"[.!?。]\s+(?=\S)")
+"""Where a sentence ends and the next starts (scanned for its first character, which is fast)."""
 _LINE = re.compile(r"^\s*(?:answer\s*[:：]?\s*)?[\(\[]?\s*([A-J])\s*[\)\]]?\s*[.。]?\s*$", re.IGNORECASE)
 
 
@@ -206,10 +230,11 @@ class ChoiceAnswer(AnswerKind):
                 found = self._stated(text[-window:])
                 if found is not None:
                     return found
-        found = self._stated(text)
+        marked = _clean(text)
+        found = self._stated(text, marked)
         if found is not None:
             return found
-        clean = _TOKENS.sub(" ", _clean(text).replace(_BOX, " "))
+        clean = _TOKENS.sub(" ", marked.replace(_BOX, " "))
         lines = [line for line in clean.splitlines() if line.strip()]
         while len(lines) > 1 and _PLEASANTRY.match(lines[-1]):
             lines.pop()
@@ -220,9 +245,11 @@ class ChoiceAnswer(AnswerKind):
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
         return self._as_choice(answer) or self.extract(answer)
 
-    def _stated(self, text: str) -> str | None:
-        """The last choice a text states by a box or a cue, ``None`` when it states none that way."""
-        marked = _clean(text)  # boxes marked by a NUL before their brace
+    def _stated(self, text: str, marked: str | None = None) -> str | None:
+        """The last choice a text states by a box or a cue, ``None`` when it states none that way (``marked``: the
+        text already cleaned)."""
+        if marked is None:
+            marked = _clean(text)  # boxes marked by a NUL before their brace
         clean = marked.replace(_BOX, " ")  # the same length: positions agree
         best: tuple[int, str] | None = None
 
@@ -234,29 +261,38 @@ class ChoiceAnswer(AnswerKind):
         for start, content in _boxes(marked):
             found(start, self._as_choice(content))
         low = clean.lower()
-        examples = any(word in low for word in _EXAMPLE_WORDS)
+        wide = not low.isascii()  # a text with no other script skips the checks for Chinese and Japanese forms
+        examples = _contains(low, _EXAMPLE_WORDS[wide])
         for m in _cues(clean, low):
             if not (examples and _EXAMPLE.search(clean, max(0, m.start() - 60), m.start())):
                 found(m.start(), self._after_cue(clean, m.end()))
-        for m in _CJK_RIGHT.finditer(clean, 0 if best is None else best[0]) if "选项" in clean else ():
+        for m in _CJK_RIGHT.finditer(clean, 0 if best is None else best[0]) if wide and "选项" in clean else ():
             letter = m.group(1) or m.group(2)
             found(m.start(), letter if letter in self.letters else None)
-        after = 0 if best is None else best[0]  # only a later statement can change the choice
-        if _FIRST_HINT.search(clean, after):
-            for m in _FIRST.finditer(clean, after):
-                if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
-                    found(m.start(), m.group(1))
-        if best is None and ")" in clean:  # weaker than a cue: read only where none stated a choice
-            for m in _NAMED_RIGHT.finditer(clean):
-                letter = m.group(1) or m.group(2)
-                found(m.start(), letter if letter in self.letters else None)
-        if any(word in clean for word in ("最も", "正解", "正しい", "適切")):
+        for at, letter in self._said_right(clean, None if best is None else best[0]):
+            found(at, letter)
+        if wide and _contains(clean, ("最も", "正解", "正しい", "適切")):
             for m in _JA_RIGHT.finditer(clean):
                 found(m.start(), m.group(1).upper() if m.group(1).upper() in self.letters else None)
         none_at = self._none_stated(clean, low)
         if none_at is not None and (best is None or best[0] <= none_at):
             return ""
         return None if best is None else best[1]
+
+    def _said_right(self, clean: str, after: int | None) -> list[tuple[int, str | None]]:
+        """Letters said to be right after ``after`` (where the last choice so far was stated; ``None``: none was):
+        "(D) is the correct answer"; where none was stated and none is said so, an option named with its text and
+        said to be right (weaker than a cue)."""
+        out: list[tuple[int, str | None]] = []
+        if _contains(clean, _FIRST_WORDS, after or 0):  # only a later statement can change the choice
+            for m in _FIRST.finditer(clean, after or 0):
+                if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
+                    out.append((m.start(), m.group(1)))
+        if after is None and not out and (_contains(clean, _FIRST_WORDS[1:]) or _NAMED_RIGHT_HINT.search(clean)):
+            for m in _NAMED_RIGHT.finditer(clean):
+                letter = m.group(1) or m.group(2)
+                out.append((m.start(), letter if letter in self.letters else None))
+        return out
 
     def _none_stated(self, clean: str, low: str) -> int | None:
         """Where a text's last line states that no single option is the answer: "Answer: B and D", "the answer is
@@ -269,7 +305,7 @@ class ChoiceAnswer(AnswerKind):
             if _NONE_AFTER.match(low, at + 6) and not _EXAMPLE.search(last, 0, at - start):
                 return at
             at = low.find("answer", at + 6)
-        if any(word in last for word in ("以上", "都不", "无法", "有误")) and (m := _NONE_CJK.search(last)) is not None:
+        if not last.isascii() and (m := _NONE_CJK.search(last)) is not None:
             return start + m.start()
         m = _MARKER.match(last)
         if m is None:
@@ -307,12 +343,11 @@ class ChoiceAnswer(AnswerKind):
         """The one bracketed letter of the text's last sentence: "... so it takes 10 days. (C)", "... is (B) I."."""
         if not lines:
             return None
-        sentences = [part for part in re.split(r"(?<=[.!?。])\s+(?=\S)", lines[-1].strip()) if part.strip()]
-        tail = sentences[-1] if sentences else lines[-1]
+        tail = _last_sentence(lines[-1].strip())
         alone = _BRACKETED.fullmatch(tail.strip().rstrip("."))
         if alone is not None:  # "... under GASB standards. (B)": the letter alone closes the text
             return alone.group(1).upper() if alone.group(1).upper() in self.letters else None
-        if _DENIED.search(tail):  # "The answer is not (A).", "(B) is wrong."
+        if _denies(tail):  # "The answer is not (A).", "(B) is wrong."
             return None
         letters = {m.upper() for m in _BRACKETED.findall(tail)}
         return letters.pop() if len(letters) == 1 and next(iter(letters)) in self.letters else None
@@ -326,7 +361,7 @@ class ChoiceAnswer(AnswerKind):
         m = found[-1]
         start = max(clean.rfind(".", 0, m.start()), clean.rfind("\n", 0, m.start())) + 1
         ends = [at for at in (clean.find(".", m.end()), clean.find("\n", m.end())) if at >= 0]
-        if _DENIED.search(clean[start: min(ends) if ends else len(clean)]):
+        if _denies(clean[start: min(ends) if ends else len(clean)]):
             return None
         letter = m.group(1).upper()
         return letter if letter in self.letters and m.group(1).isupper() else None
@@ -414,14 +449,17 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
     """Every cue of a cleaned text (``low``: its lower case), in order."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
-    starts = set()
-    for word in _CUE_WORDS:
+    words = _STARTS[(not low.isascii(), "option" in low or "choice" in low, "(" in low or "[" in low)]
+    starts = []
+    for word, bounded in words:
         at = low.find(word)
         while at >= 0:
-            starts.add(at)
+            if not (bounded and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
+                starts.append(at)  # a word that starts a cue only at a word's start ("so", not "also")
             at = low.find(word, at + 1)
+    starts.sort()
     out, end = [], -1
-    for at in sorted(starts):
+    for at in starts:
         if at < end:
             continue
         m = _CUE.match(clean, at)
@@ -429,6 +467,38 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
             out.append(m)
             end = m.end()
     return out
+
+
+def _contains(text: str, words: tuple[str, ...], start: int = 0) -> bool:
+    """Whether ``text`` holds one of ``words`` at or after ``start`` (a loop of substring searches: faster than a
+    regex of alternatives)."""
+    for word in words:
+        if text.find(word, start) >= 0:
+            return True
+    return False
+
+
+def _denies(text: str) -> bool:
+    """Whether a sentence denies (:data:`_DENIED`); an ASCII one is first looked through for the words it needs."""
+    if text.isascii():
+        low = text.lower()
+        if not ("no" in low or "n't" in low or "wrong" in low or "incorrect" in low or "false" in low
+                or "eliminat" in low or "rule" in low or "except" in low):
+            return False
+    return _DENIED.search(text) is not None
+
+
+def _last_sentence(line: str) -> str:
+    """A line's last sentence: what follows its last sentence end (:data:`_SENTENCE_BREAK`), found from the end."""
+    end = len(line)
+    while True:
+        at = max(line.rfind(".", 0, end), line.rfind("!", 0, end), line.rfind("?", 0, end), line.rfind("。", 0, end))
+        if at < 0:
+            return line
+        m = _SENTENCE_BREAK.match(line, at)
+        if m is not None:
+            return line[m.end():]
+        end = at
 
 
 _TOKENS = re.compile(r"<\|[^|>]{1,40}\|>|</?s>|<eo[asne]>|<eos>|<end_of_turn>", re.IGNORECASE)
@@ -449,6 +519,7 @@ def _listed_options(text: str) -> tuple[str, ...] | None:
 
 _BOX = "\x00"
 _WIDE = str.maketrans("（）：［］【】「」『』｢｣", "():[][][][][]")
+_WIDE_CHARS = re.compile("[（）：［］【】「」『』｢｣]")
 
 
 def _boxes(marked: str) -> list[tuple[int, str]]:
@@ -469,7 +540,9 @@ def _boxes(marked: str) -> list[tuple[int, str]]:
 def _clean(text: str) -> str:
     """A text with its markup read through: wrappers unwrapped, emphasis and math delimiters gone, and every
     ``\\boxed{`` (or ``\\fbox{``) marked as NUL and its brace."""
-    text = text.replace(_BOX, " ").translate(_WIDE)
+    text = text.replace(_BOX, " ")
+    if not text.isascii() and _WIDE_CHARS.search(text):  # translating is slow: only where there is a wide mark
+        text = text.translate(_WIDE)
     if "\\" in text:  # LaTeX: boxes marked, wrappers unwrapped (nested ones too)
         text = _BOXED.sub(_BOX + "{", text)
         previous = None
