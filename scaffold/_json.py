@@ -31,6 +31,28 @@ def to_json(value: Any, *, stable: bool = False) -> Any:
         >>> to_json({"b", "a"}, stable=True)
         ['a', 'b']
     """
+    if not stable:
+        return _plain(value)
+    return _convert(value, True)
+
+
+def _plain(value: Any) -> Any:
+    """:func:`to_json` (``stable=False``) for the exact types JSON data is made of, without abstract-class checks or
+    keyword arguments (it converts every dataset row and run input); other values go to :func:`_convert`."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
+    if kind is float:
+        return value if math.isfinite(value) else None
+    return _convert(value, False)
+
+
+def _convert(value: Any, stable: bool) -> Any:
+    """:func:`to_json` of any value."""
     kind = type(value)  # the exact types JSON data is made of first: no abstract-class checks for them
     if kind is str or kind is int or kind is bool or value is None:
         return value

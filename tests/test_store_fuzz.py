@@ -188,3 +188,34 @@ def _odd(kind: str, limit: Any) -> Any:
         lengths = st.sampled_from([limit, limit + 1]).map(lambda n: "a" * n)
         return st.booleans().flatmap(lambda long: lengths if long else ODD[kind])
     return ODD[kind]
+
+
+ODD_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6)
+    | st.sampled_from([sf.TraceKind.RULE, sf.Status.OK, math.sqrt]),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.frozensets(st.integers(), max_size=3)
+    | st.dictionaries(st.text(max_size=4) | st.integers() | st.booleans() | st.none() | st.floats(), inner,
+                      max_size=4),
+    max_leaves=20,
+)
+"""Values to_json meets: JSON data, and NaN, tuples, sets, enums, functions and keys that are not text."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(ODD_JSONISH)
+def test_to_json_converts_any_value_as_documented(value: Any) -> None:
+    """Property: :func:`to_json` (its fast path for the exact JSON types included: rows and inputs) gives the data
+    its documented conversion gives, for any value (compared as JSON text)."""
+
+    def reference(v: Any) -> Any:  # to_json's documented conversion, written plainly
+        if v is None or isinstance(v, (bool, int, str)):
+            return v
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {str(k): reference(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple, set, frozenset)):
+            return [reference(x) for x in v]
+        return repr(v)
+
+    assert json.dumps(to_json(value)) == json.dumps(reference(value))

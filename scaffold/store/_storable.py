@@ -81,19 +81,21 @@ class Columns:
         """True when every value of ``row`` (in column order) fits as it is: the writer's fast path (all texts
         checked as one when they are ASCII, the common case; else :meth:`fits_each`)."""
         try:
-            if not "".join([v for i in self._strings if (v := row[i]) is not None]).isascii():
-                return self.fits_each(row)
+            joined = "".join([v for i in self._strings if (v := row[i]) is not None])
         except TypeError:  # a value that is not text in a text column
             return self.fits_each(row)
-        for i in self._json:
-            v = row[i]
-            if v is not None and not json_text_is_clean(v):
-                return False
+        if not joined.isascii():
+            return self.fits_each(row)
+        if not json_text_is_clean(joined):  # all texts at once first: a JSON column is looked at only then
+            for i in self._json:
+                v = row[i]
+                if v is not None and not json_text_is_clean(v):
+                    return False
         for i, limit in self._limited:
             v = row[i]
             if v is not None and len(v) > limit:
                 return False
-        if self.no_nul:
+        if self.no_nul and "\x00" in joined:
             for i in self._texts:
                 v = row[i]
                 if v is not None and "\x00" in v:

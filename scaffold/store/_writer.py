@@ -667,8 +667,12 @@ class _RowBulk:
         # the value is kept, so its id is not reused while this runs
 
         def dumps(value: Any) -> str:
-            if value is None or type(value) is str:
+            if value is None:
+                return "null"
+            if type(value) is str:
                 return codec.dumps(value)
+            if not value and (type(value) is dict or type(value) is list):
+                return "{}" if type(value) is dict else "[]"  # what json.dumps gives, without its encoder
             found = done.get(id(value))
             if found is None:
                 found = done[id(value)] = (value, codec.dumps(value))
