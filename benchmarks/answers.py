@@ -5,9 +5,10 @@ Measures, printing each figure beside its baseline from the same run:
 
 - ``choice_accuracy``: the choice kind's accuracy on the held-out part of the corpus of multiple-choice phrasings
   (``tests/data/choice_phrasings_*.jsonl``: real model outputs from public repositories and threads, and phrasings
-  written for it, every one labelled by hand). Held out: the ``blind4`` set (collected blind, after the last
-  change of the extractor it measures) and the half of every other set a hash of the text picks, except
-  ``blind2``, which was read in full while developing. Also printed: the development half and each file.
+  written for it, every one labelled by hand). Held out: the ``blind4`` set (collected blind, never read: later
+  changes of the extractor read the development half only) and the half of every other set a hash of the text
+  picks, except ``blind2``, which was read in full while developing. Also printed: the development half and each
+  file.
   Baseline: ``\\boxed{}`` extraction, the default before answer kinds (a boxed letter is the only form it
   reads).
 - ``math_regression``: answers that differ between the default (math) kind and the extractor and equivalence
@@ -52,8 +53,9 @@ def corpus() -> list[dict[str, Any]]:
 
 WHOLE = {"blind2": False, "blind4": True}
 """Sets kept whole on one side of the split: ``blind2`` was read in full while developing the extractor (so it is
-development data); ``blind4`` was collected blind after the last change it measures, and is held out. Every other
-set is split in half by a hash of the text (only the development half of a set is read while developing)."""
+development data); ``blind4`` was collected blind and is never read (later changes read the development half
+only), and is held out. Every other set is split in half by a hash of the text (only the development half of a
+set is read while developing)."""
 
 
 def held_out(row: dict[str, Any]) -> bool:

@@ -36,8 +36,9 @@ def corpus() -> list[dict]:
 
 WHOLE = {"blind2": False, "blind4": True}
 """Sets kept whole on one side of the split: ``blind2`` was read in full while developing the extractor (so it is
-development data); ``blind4`` was collected blind after the last change it measures, and is held out. Every other
-set is split in half by a hash of the text (only the development half of a set is read while developing)."""
+development data); ``blind4`` was collected blind and is never read (later changes read the development half
+only), and is held out. Every other set is split in half by a hash of the text (only the development half of a
+set is read while developing)."""
 
 
 def held_out(row: dict) -> bool:
@@ -113,6 +114,10 @@ def test_choice_reads_the_forms_the_issue_names(text: str, letter: str | None) -
     ("the correct answer is 4, which is option a.", "A"),
     ("\\boxed{\\text A}", "A"),  # a wrapper without braces
     ("- A. soil: This is incorrect.\n- B. sunlight: This is correct because of photosynthesis.", "B"),
+    ('It fits option D.\\n\\nanswer_choice": "D"}}', "D"),  # a JSON dump with its newlines escaped
+    ("$\\neq$ 0 for (A), so\\n\\nThe answer is (B)", "B"),  # ... while \neq stays a LaTeX command
+    ("Note: I chose option C as the most likely answer because it meets every condition.", "C"),
+    ("In short, **Option B: 5-hydroxyheptan-4-one** is the most likely product.", "B"),  # a bold option
 ])
 def test_choice_reads_final_statements_echoes_and_listed_options(text: str, letter: str | None) -> None:
     assert ChoiceAnswer().extract(text) == letter
@@ -130,6 +135,10 @@ def test_choice_with_options_reads_option_text_and_refuses_letters_beyond_them()
     assert kind.extract(r"so \boxed{0.36}") == "B"
     assert kind.extract("The answer is 72.") == "C"
     assert kind.extract("Answer: (D)") is None  # only three options
+    places = ChoiceAnswer(choices=("mountains", "dead body", "state park"))
+    assert places.extract("Answer: John lived in a state park.") == "C"  # the one option the answer names
+    assert places.extract("Answer: not a state park.") is None  # ... unless it denies it
+    assert places.extract("Answer: the mountains or a state park.") is None  # ... and only one
     assert kind.correct("B", "0.36") and kind.correct("(B) 0.36", "B") and not kind.correct("A", "B")
     assert ChoiceAnswer().bind({"choices": ["x", "y"]}).letters == "AB"
 

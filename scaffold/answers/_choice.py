@@ -62,7 +62,7 @@ _CUE = re.compile(
     r"|\b(?:option|choice)\s+(?:is|would\s+be)|=\s*(?=(?:option|choice)\s)|\bwhich\s+is\s+(?=(?:option|choice)\s)"
     r"|\bresponse\s*[:：]|\bit(?:'s|\s+is)(?=\s*[\(\[][A-Ja-j][\)\]])"
     r"|\b(?:i|we)\s*(?:would\s+|will\s+|'ll\s+|'d\s+|shall\s+|should\s+|must\s+|can\s+)?"
-    r"(?:choose|pick|select|go\s+with|opt\s+for)"
+    r"(?:choose|chose|pick|select|go\s+with|opt\s+for)"
     r"|\b(?:therefore|thus|hence|so),?\s+(?:the\s+answer\s+is\s+)?"
     r"(?=(?:(?:option|choice)\s*)?[\(\[]?[A-J][\)\]]?\s*(?:$|[.\n]))"
     r"|[\[【]?(?:正确|最终)?答案[\]】]?\s*(?:是|为|應為|应为|应该是|:|：)?\s*(?:选(?:择)?)?"
@@ -90,7 +90,7 @@ _NAMED_RIGHT_HINT = re.compile(r"[A-J]\)\s+[A-Z]")
 """What the second branch of :data:`_NAMED_RIGHT` needs (the first needs a word of :data:`_FIRST_WORDS` other
 than "answer")."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
-_BOLD_OPTION = re.compile(r"\*\*\(?([A-J])[.)]\s+[^*\n]{1,120}\*\*")
+_BOLD_OPTION = re.compile(r"\*\*(?:[Oo]ption\s+)?\(?([A-J])[.):]\s+[^*\n]{1,120}\*\*")
 _OPTION_VERDICT = re.compile(r"\s*(?:[-*•+]\s*)?(?:option\s+)?\(?([A-J])[.):]\s[^\n]{0,200}?\b(?:this|it|which)\s+"
                              r"(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(correct|right|true|accurate|best)\b[^\n]*",
                              re.IGNORECASE)
@@ -426,7 +426,12 @@ class ChoiceAnswer(AnswerKind):
                 return None
         if self._options:  # "the answer is 54": an option's text
             sentence = _SENTENCE_END.split(rest, maxsplit=1)[0]
-            return self._options.get(_plain(sentence))
+            found = self._options.get(_plain(sentence))
+            if found is None and not _denies(sentence):  # "Answer: John lived in a state park.": the one option named
+                words = _words(sentence)
+                named = {letter for text, letter in self._words.items() if text and f" {text} " in words}
+                found = named.pop() if len(named) == 1 else None
+            return found
         return None
 
     def _as_choice(self, content: str) -> str | None:
@@ -519,6 +524,8 @@ def _listed_options(text: str) -> tuple[str, ...] | None:
 
 _BOX = "\x00"
 _WIDE = str.maketrans("（）：［］【】「」『』｢｣", "():[][][][][]")
+_ESCAPED_NEWLINE = re.compile(r"\\n(?![a-z])")
+"""An escaped newline left in a text, not the start of a LaTeX command (``\\neq``, ``\\nabla``)."""
 _WIDE_CHARS = re.compile("[（）：［］【】「」『』｢｣]")
 
 
@@ -541,6 +548,8 @@ def _clean(text: str) -> str:
     """A text with its markup read through: wrappers unwrapped, emphasis and math delimiters gone, and every
     ``\\boxed{`` (or ``\\fbox{``) marked as NUL and its brace."""
     text = text.replace(_BOX, " ")
+    if "\\n\\n" in text:  # a text stored with its newlines escaped (a JSON dump): its lines back
+        text = _ESCAPED_NEWLINE.sub("\n", text.replace("\\n\\n", "\n\n"))
     if not text.isascii() and _WIDE_CHARS.search(text):  # translating is slow: only where there is a wide mark
         text = text.translate(_WIDE)
     if "\\" in text:  # LaTeX: boxes marked, wrappers unwrapped (nested ones too)
