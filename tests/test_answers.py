@@ -217,6 +217,37 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     assert c._clean(text) == c._clean(text.translate(c._WIDE))
 
 
+@given(st.lists(st.sampled_from(["\x00{", "{", "}", "a", "B", " "]), max_size=60).map("".join))
+def test_many_boxes_are_matched_as_one_box_at_a_time_is(marked: str) -> None:
+    """Property: the one-pass brace matching used for a text with many boxes finds what scanning each box to its
+    closing brace finds."""
+    from scaffold.answers import _choice as c
+
+    def by_scan(text: str) -> list[tuple[int, str]]:
+        out = []
+        for at in [i for i, ch in enumerate(text) if ch == "\x00"]:
+            depth, i = 1, at + 2
+            while i < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            if depth == 0:
+                out.append((at, text[at + 2: i - 1]))
+        return out
+
+    assert c._many_boxes(marked) == by_scan(marked)
+
+
+def test_hostile_texts_are_read_in_time_linear_in_their_length() -> None:
+    """Nested boxes, wrappers, a line of dots and endless cues: each read in one pass (each took minutes or
+    seconds when a box, a wrapper or a sentence end was looked for again from the start)."""
+    kind = ChoiceAnswer()
+    assert kind.extract("\\boxed{" * 20_000 + "A" + "}" * 20_000) == "A"
+    assert kind.extract("\\text{" * 5_000 + "the answer is (C)" + "}" * 5_000) == "C"
+    assert kind.extract("." * 300_000) is None
+    assert kind.extract("(A) " * 100_000) == "A"
+    assert kind.extract("So the answer is (B). " * 20_000) == "B"
+
+
 def test_the_tail_of_a_long_text_decides() -> None:
     """A long text is read from its end first; a choice stated only early is still found."""
     musing = "Let me weigh option (A) against option (B) once more. " * 200

@@ -259,13 +259,17 @@ class ChoiceAnswer(AnswerKind):
                 best = (at, letter)
 
         for start, content in _boxes(marked):
-            found(start, self._as_choice(content))
+            if len(content) <= _LONGEST_CHOICE:  # longer is no choice (and nested boxes would cost n squared)
+                found(start, self._as_choice(content))
         low = clean.lower()
         wide = not low.isascii()  # a text with no other script skips the checks for Chinese and Japanese forms
         examples = _contains(low, _EXAMPLE_WORDS[wide])
-        for m in _cues(clean, low):
+        for m in reversed(_cues(clean, low)):  # the last cue stating a choice is the one that counts
             if not (examples and _EXAMPLE.search(clean, max(0, m.start() - 60), m.start())):
-                found(m.start(), self._after_cue(clean, m.end()))
+                letter = self._after_cue(clean, m.end())
+                if letter is not None:
+                    found(m.start(), letter)
+                    break
         for m in _CJK_RIGHT.finditer(clean, 0 if best is None else best[0]) if wide and "选项" in clean else ():
             letter = m.group(1) or m.group(2)
             found(m.start(), letter if letter in self.letters else None)
@@ -494,16 +498,17 @@ def _denies(text: str) -> bool:
 
 
 def _last_sentence(line: str) -> str:
-    """A line's last sentence: what follows its last sentence end (:data:`_SENTENCE_BREAK`), found from the end."""
-    end = len(line)
+    """A line's last sentence: what follows its last sentence end (:data:`_SENTENCE_BREAK`), found from the end
+    (each mark's last place looked up again only after it is passed: linear in the line)."""
+    places = {mark: line.rfind(mark) for mark in ".!?。"}
     while True:
-        at = max(line.rfind(".", 0, end), line.rfind("!", 0, end), line.rfind("?", 0, end), line.rfind("。", 0, end))
+        mark, at = max(places.items(), key=lambda item: item[1])
         if at < 0:
             return line
         m = _SENTENCE_BREAK.match(line, at)
         if m is not None:
             return line[m.end():]
-        end = at
+        places[mark] = line.rfind(mark, 0, at)
 
 
 _TOKENS = re.compile(r"<\|[^|>]{1,40}\|>|</?s>|<eo[asne]>|<eos>|<end_of_turn>", re.IGNORECASE)
@@ -523,6 +528,12 @@ def _listed_options(text: str) -> tuple[str, ...] | None:
 
 
 _BOX = "\x00"
+_BRACES = re.compile(r"[{}]")
+_LONGEST_CHOICE = 2000
+"""Characters of the longest boxed content read as a choice (a letter, a letter with its option, an option's
+text)."""
+_WRAPPER_DEPTH = 8
+"""Wrappers nested deeper than this (``\\text{\\text{...}}``) are left as they are: unwrapping costs a pass each."""
 _WIDE = str.maketrans("（）：［］【】「」『』｢｣", "():[][][][][]")
 _ESCAPED_NEWLINE = re.compile(r"\\n(?![a-z])")
 """An escaped newline left in a text, not the start of a LaTeX command (``\\neq``, ``\\nabla``)."""
@@ -531,6 +542,8 @@ _WIDE_CHARS = re.compile("[（）：［］【】「」『』｢｣]")
 
 def _boxes(marked: str) -> list[tuple[int, str]]:
     """Every box of a cleaned text (:func:`_clean` marks them): where it starts and its content."""
+    if marked.count(_BOX) > 16:  # many boxes (maybe nested): braces matched in one pass, not once per box
+        return _many_boxes(marked)
     out = []
     at = marked.find(_BOX)
     while at >= 0:
@@ -540,6 +553,24 @@ def _boxes(marked: str) -> list[tuple[int, str]]:
             i += 1
         if depth == 0:
             out.append((at, marked[at + 2: i - 1]))
+        at = marked.find(_BOX, at + 1)
+    return out
+
+
+def _many_boxes(marked: str) -> list[tuple[int, str]]:
+    """:func:`_boxes` by one pass over the text's braces."""
+    closing: dict[int, int] = {}
+    opened: list[int] = []
+    for m in _BRACES.finditer(marked):
+        if m.group() == "{":
+            opened.append(m.start())
+        elif opened:
+            closing[opened.pop()] = m.start()
+    out = []
+    at = marked.find(_BOX)
+    while at >= 0:
+        if at + 1 in closing:
+            out.append((at, marked[at + 2: closing[at + 1]]))
         at = marked.find(_BOX, at + 1)
     return out
 
@@ -554,9 +585,9 @@ def _clean(text: str) -> str:
         text = text.translate(_WIDE)
     if "\\" in text:  # LaTeX: boxes marked, wrappers unwrapped (nested ones too)
         text = _BOXED.sub(_BOX + "{", text)
-        previous = None
-        while previous != text:
-            previous, text = text, _WRAPPERS.sub(r"\1", text)
+        previous, depth = None, 0
+        while previous != text and depth < _WRAPPER_DEPTH:  # nested ones too, up to a depth
+            previous, text, depth = text, _WRAPPERS.sub(r"\1", text), depth + 1
         text = _BARE_WRAPPER.sub("", text)  # "\text A": a wrapper without braces
     return _MARKS.sub("", text) if any(mark in text for mark in _MARK_CHARS) else text
 
