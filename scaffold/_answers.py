@@ -3,17 +3,17 @@
 ``extract_boxed`` pulls the last ``\\boxed{...}`` (nested braces allowed).
 ``equivalent`` says whether two answers are the same number or expression: a
 cheap normalised string comparison first, then math-verify (imported lazily,
-called without its signal-based timeouts so it works in any thread).
+bounded in time in every thread: :mod:`scaffold._math_verify`).
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+
+from scaffold._math_verify import math_equal
 
 Extractor = Callable[[str], "str | None"]
 """Turns an output text into its final answer, or ``None`` when there is none."""
@@ -112,43 +112,6 @@ def as_number(answer: str) -> Fraction | None:
     return None
 
 
-def _timeout() -> int | None:
-    # math-verify times out with signals, which only the main thread may use
-    return 5 if threading.current_thread() is threading.main_thread() else None
-
-
-def _math_verify() -> Any:
-    import math_verify
-    import math_verify.grader
-    import math_verify.parser
-
-    # we pass timeouts ourselves (none off the main thread); silence its one-time warning about that
-    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
-    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
-    return math_verify
-
-
-@lru_cache(maxsize=65536)
-def _parsed(answer: str) -> Any:
-    # ``\boxed`` makes math-verify read the string as a final answer
-    try:
-        return _math_verify().parse("\\boxed{" + answer + "}", parsing_timeout=_timeout())
-    except Exception:  # timeouts and parser failures: treat as unparseable
-        return []
-
-
-@lru_cache(maxsize=65536)
-def _math_equal(a: str, b: str) -> bool:
-    pa, pb = _parsed(a), _parsed(b)
-    if not pa or not pb:
-        return False
-    verify = _math_verify().verify
-    try:
-        return bool(verify(pa, pb, timeout_seconds=_timeout())) or bool(verify(pb, pa, timeout_seconds=_timeout()))
-    except Exception:  # math-verify raises on exotic input; unequal is the safe answer
-        return False
-
-
 def equivalent(a: str | None, b: str | None) -> bool:
     r"""True when two answers are the same mathematical value (``"1/2"`` and ``"0.5"``).
 
@@ -175,4 +138,4 @@ def _equivalent(a: str, b: str) -> bool:
     xa, xb = as_number(na), as_number(nb)
     if xa is not None and xb is not None:
         return xa == xb
-    return _math_equal(*sorted((na, nb)))
+    return math_equal(*sorted((na, nb)))

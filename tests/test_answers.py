@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -319,3 +320,37 @@ def test_bad_kinds_and_options_are_typed_errors() -> None:
     with pytest.raises(sf.AnswerKindError, match="pydantic model class"):
         JsonAnswer(dict)  # type: ignore[arg-type]
     assert kind_names() == ["choice", "integer", "json", "math", "text"]
+
+
+def _in_a_thread(fn: Any, limit: float) -> list[Any]:
+    """``fn()``'s result, computed in a daemon thread given ``limit`` seconds (an empty list: it did not finish)."""
+    import threading
+
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    thread.join(limit)
+    return out
+
+
+def test_math_equivalence_off_the_main_thread_is_right_and_survives_its_helper_dying() -> None:
+    """Off the main thread (a served graph, a report read in a worker thread) math-verify runs in a helper
+    process; its verdicts are the main thread's, and a helper that died is replaced."""
+    from scaffold import _math_verify
+    from scaffold._answers import equivalent
+
+    pairs = [("\\sqrt{9}", "3"), ("y+2", "2+y"), ("\\frac{\\pi}{3}", "\\pi/3"), ("5", "z")]
+    assert _in_a_thread(lambda: [equivalent(a, b) for a, b in pairs], 120) == [[True, True, True, False]]
+    assert _math_verify._process is not None
+    _math_verify._process.kill()
+    _math_verify._process.wait()
+    assert _in_a_thread(lambda: equivalent("3w", "w*3"), 120) == [True]
+
+
+def test_a_hostile_answer_cannot_hold_a_thread_other_than_the_main_one() -> None:
+    """A tower of 150 powers kept math-verify busy for good outside the main thread (its timeouts need signals);
+    in the helper process its own timeouts apply, so the comparison ends, unequal."""
+    from scaffold._answers import equivalent
+
+    tower = "v^" * 150 + "2"
+    assert _in_a_thread(lambda: equivalent(tower, "4"), 150) == [False]

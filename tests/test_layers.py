@@ -42,8 +42,8 @@ PACKAGE = "scaffold"
 
 FLOOR_PLAN: tuple[Layer, ...] = (
     Layer("leaves", tuple(f"scaffold.{name}" for name in (
-        "_types", "_secrets", "_clock", "_context", "_validation", "_errors", "_answers", "_confidence", "_json",
-        "_template", "_result", "_events", "_limits", "_throttle", "_rows", "_selectors", "_values", "_extras",
+        "_types", "_secrets", "_clock", "_context", "_validation", "_errors", "_math_verify", "_answers", "_confidence",
+        "_json", "_template", "_result", "_events", "_limits", "_throttle", "_rows", "_selectors", "_values", "_extras",
         "_openai_wire", "_messages", "_clusters", "_external", "answers",
     )), "value types, errors, secrets, clocks, limits, answer extraction and kinds, the OpenAI wire format: "
         "imported by every floor, importing only each other"),
