@@ -32,10 +32,7 @@ def read_jsonl(lines: Iterable[str], where: str, *, limit: int | None = None, pr
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DatasetError(f"{where}:{number}: not JSON ({error.msg})") from None
+        row = _json_line(line, f"{where}:{number}")
         rows.append(check_row(row, f"{where}:{number}", problem_key, answer_key))
         if limit is not None and len(rows) >= limit:
             break
@@ -131,6 +128,16 @@ TABLE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 """The file kinds a problem file may be: JSON lines, CSV (a header row), Parquet (needs ``pyarrow``)."""
 
 
+def _json_line(line: str, where: str) -> Any:
+    """One line of a JSONL file as JSON data, or a :class:`DatasetError` naming ``where`` (``file:line``)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DatasetError(f"{where}: not JSON ({error.msg})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: nested too deeply to read") from None
+
+
 def read_table(path: str, *, limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
     """The rows of a JSONL, CSV or Parquet file as they are, each with where it is (``file:line``, or ``file row
     N`` for Parquet); not yet checked. Raises :class:`DatasetError` naming the file (and line) when it cannot be
@@ -172,10 +179,7 @@ def read_table(path: str, *, limit: int | None = None) -> list[tuple[str, dict[s
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DatasetError(f"{path}:{number}: not JSON ({error.msg})") from None
+            row = _json_line(line, f"{path}:{number}")
             if not isinstance(row, dict):
                 raise DatasetError(f"{path}:{number}: a row is a JSON object, got {type(row).__name__}")
             out.append((f"{path}:{number}", row))

@@ -100,6 +100,9 @@ def test_imported_runs_are_replayed_compared_exported_and_browsed(tmp_path):
     ({"problem": "2+2", "outputs": [{"model": "m"}]}, "text"),
     ({"problem": "2+2", "outputs": [{"text": "x", "completion_tokens": -3}]}, "completion_tokens"),
     ({"problem": "2+2", "outputs": [{"text": "x", "cost": "cheap"}]}, "cost"),
+    ({"problem": "2+2", "outputs": [{"text": "x", "cost": float("inf")}]}, "cost: Input should be a finite number"),
+    ({"problem": "2+2", "outputs": [{"text": "x", "logprobs": [-0.1, float("nan")]}]}, "logprobs.1: .*finite"),
+    ({"problem": "2+2", "outputs": [{"text": "x", "prompt_tokens": 2**40}]}, "prompt_tokens: .*less than"),
 ])
 def test_a_bad_row_names_its_file_and_line_and_nothing_is_recorded(tmp_path, row, message):
     rows = [ROWS[0], ROWS[1], row]
@@ -108,6 +111,17 @@ def test_a_bad_row_names_its_file_and_line_and_nothing_is_recorded(tmp_path, row
     with pytest.raises(sf.DatasetError, match=rf"outputs\.jsonl:3: .*{message}"):
         sf.import_outputs(path, store=store, name="elsewhere")
     assert store.runs() == [] and store.evaluations() == []  # all or nothing: no row of the file was recorded
+    store.close()
+
+
+def test_a_row_nested_too_deeply_to_read_is_a_dataset_error_naming_its_line(tmp_path):
+    path = tmp_path / "outputs.jsonl"
+    deep = '{"problem": "p", "outputs": ["x"], "extra": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + deep + "\n")
+    store = sf.Store(str(tmp_path / "runs.db"))
+    with pytest.raises(sf.DatasetError, match=r"outputs\.jsonl:2: nested too deeply"):
+        sf.import_outputs(path, store=store, name="elsewhere")
+    assert store.runs() == []
     store.close()
 
 

@@ -33,7 +33,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -43,6 +43,7 @@ from scaffold._external import external_trace
 from scaffold._json import to_json
 from scaffold._rows import read_table
 from scaffold._types import Trace, TraceKind
+from scaffold._values import INT32
 from scaffold.answers import AnswerKind
 from scaffold.answers import answer_kind as answer_kind_of
 from scaffold.store._evaluations import EVAL_SOURCE, same_evaluation
@@ -84,11 +85,11 @@ class ImportedOutput(BaseModel):
     answer: str | None = None
     """The output's answer, when the file gives it; else extracted from the text by the answer kind."""
     model: str | None = None
-    prompt_tokens: int = Field(default=0, ge=0)
-    completion_tokens: int = Field(default=0, ge=0)
-    cost: float | None = Field(default=None, ge=0)
+    prompt_tokens: int = Field(default=0, ge=0, le=INT32[1])  # what every database's token columns hold
+    completion_tokens: int = Field(default=0, ge=0, le=INT32[1])
+    cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Dollars; ``None``: unknown (never taken as 0)."""
-    logprobs: list[float] | None = None
+    logprobs: list[Annotated[float, Field(allow_inf_nan=False)]] | None = None
     """The sampled tokens' log-probabilities, when the file has them (DeepConf's confidence reads them)."""
     reasoning: str | None = None
 
