@@ -163,8 +163,12 @@ def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, s
             raise DatasetError(f"{path}: the dataset is empty")
         return rows
     if path.is_file():
-        with path.open(encoding="utf-8") as lines:
-            return read_jsonl(lines, str(path), limit=limit, problem_key=problem_key, answer_key=answer_key)
+        try:
+            with path.open(encoding="utf-8") as lines:
+                return read_jsonl(lines, str(path), limit=limit, problem_key=problem_key, answer_key=answer_key)
+        except UnicodeDecodeError as error:
+            raise DatasetError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} near byte "
+                               f"{error.start} of a block read)") from None
     if path.is_dir():
         return load_hub_problems(str(path), split=split or "test", limit=limit, problem_key=problem_key,
                                  answer_key=answer_key)

@@ -166,23 +166,45 @@ def read_table(path: str, *, limit: int | None = None) -> list[tuple[str, dict[s
             if limit is not None and len(out) >= limit:
                 break
         return out
-    with open(path, encoding="utf-8", newline="" if suffix == ".csv" else None) as handle:
-        if suffix == ".csv":
-            reader = csv.DictReader(handle)
-            for row in reader:
-                if None in row:
-                    raise DatasetError(f"{path}:{reader.line_num}: more fields than the header names")
-                out.append((f"{path}:{reader.line_num}", dict(row)))
-                if limit is not None and len(out) >= limit:
-                    break
-            return out
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            row = _json_line(line, f"{path}:{number}")
-            if not isinstance(row, dict):
-                raise DatasetError(f"{path}:{number}: a row is a JSON object, got {type(row).__name__}")
-            out.append((f"{path}:{number}", row))
+    try:
+        with open(path, encoding="utf-8", newline="" if suffix == ".csv" else None) as handle:
+            return _csv_rows(handle, path, limit) if suffix == ".csv" else _jsonl_rows(handle, path, limit)
+    except UnicodeDecodeError as error:
+        raise DatasetError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} near byte "
+                           f"{error.start} of a block read)") from None
+
+
+def _csv_rows(handle: Any, path: str, limit: int | None) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    reader = csv.DictReader(handle)
+    before = csv.field_size_limit(_CSV_FIELD)  # a cell may hold a long output: the default stops at 131,072
+    try:
+        for row in reader:
+            if None in row:
+                raise DatasetError(f"{path}:{reader.line_num}: more fields than the header names")
+            out.append((f"{path}:{reader.line_num}", dict(row)))
             if limit is not None and len(out) >= limit:
                 break
+    except csv.Error as error:
+        raise DatasetError(f"{path}:{reader.line_num}: not CSV ({error})") from None
+    finally:
+        csv.field_size_limit(before)
+    return out
+
+
+_CSV_FIELD = 2**31 - 1
+"""Characters a CSV cell may hold (the csv module's default is 131,072)."""
+
+
+def _jsonl_rows(handle: Any, path: str, limit: int | None) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    for number, line in enumerate(handle, 1):
+        if not line.strip():
+            continue
+        row = _json_line(line, f"{path}:{number}")
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{number}: a row is a JSON object, got {type(row).__name__}")
+        out.append((f"{path}:{number}", row))
+        if limit is not None and len(out) >= limit:
+            break
     return out

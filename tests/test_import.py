@@ -341,3 +341,20 @@ def test_an_import_killed_mid_way_resumes_to_the_same_records(tmp_path):
     whole.import_outputs(path, name="elsewhere")
     whole.close()
     assert _table_rows(db, frozenset({"attempts"})) == _table_rows(tmp_path / "whole.db", frozenset({"attempts"}))
+
+
+def test_a_long_csv_cell_is_read_and_unreadable_files_are_dataset_errors(tmp_path):
+    """A CSV cell longer than the csv module's default limit (131,072 characters) is an output like any other;
+    text that is not UTF-8 is a DatasetError naming the file, for imports and for datasets alike."""
+    long = tmp_path / "long.csv"
+    long.write_text('problem,outputs\n2+2,"[""' + "x" * 200_000 + ' \\\\boxed{4}""]"\n')
+    store = sf.Store(str(tmp_path / "runs.db"))
+    assert sf.import_outputs(long, store=store, name="long").outputs == 1
+    assert len(next(t for t in store.traces("long-0") if t.node == "outputs").text) > 200_000
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"problem": "caf\xe9", "answer": "4", "outputs": ["x"]}\n')
+    with pytest.raises(sf.DatasetError, match=r"latin\.jsonl: not UTF-8 text"):
+        sf.import_outputs(latin, store=store, name="latin")
+    with pytest.raises(sf.DatasetError, match=r"latin\.jsonl: not UTF-8 text"):
+        sf.load_problems(str(latin))
+    store.close()
