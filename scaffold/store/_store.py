@@ -109,6 +109,9 @@ class Store:
                 cursor = dbapi_connection.cursor()
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.execute("PRAGMA synchronous=NORMAL")
+                # checkpoint the log every 4,000 pages (16 MB), not 1,000: a bulk write (an import) syncs the disk
+                # a quarter as often, which cost it up to a third of its time on a busy disk
+                cursor.execute("PRAGMA wal_autocheckpoint=4000")
                 cursor.execute("PRAGMA foreign_keys=ON")
                 cursor.close()
 
