@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -224,18 +224,8 @@ def test_many_boxes_are_matched_as_one_box_at_a_time_is(marked: str) -> None:
     closing brace finds."""
     from scaffold.answers import _choice as c
 
-    def by_scan(text: str) -> list[tuple[int, str]]:
-        out = []
-        for at in [i for i, ch in enumerate(text) if ch == "\x00"]:
-            depth, i = 1, at + 2
-            while i < len(text) and depth:
-                depth += {"{": 1, "}": -1}.get(text[i], 0)
-                i += 1
-            if depth == 0:
-                out.append((at, text[at + 2: i - 1]))
-        return out
-
-    assert c._many_boxes(marked) == by_scan(marked)
+    assume(marked.count("\x00") <= 16)  # where _boxes scans each box itself
+    assert c._many_boxes(marked) == c._boxes(marked)
 
 
 def test_hostile_texts_are_read_in_time_linear_in_their_length() -> None:
