@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import IO, Any
 
 from scaffold._errors import DatasetError
-from scaffold._rows import check_row, hub_rows, load_hub_problems, open_hub, read_jsonl, read_table
+from scaffold._rows import check_row, hub_rows, load_hub_problems, not_utf8, open_hub, read_jsonl, read_table
 from scaffold.answers import CHOICES_TEMPLATE, AnswerKind, ChoiceAnswer, choice_rows
 from scaffold.answers import answer_kind as answer_kind_of
 
@@ -167,8 +167,7 @@ def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, s
             with path.open(encoding="utf-8") as lines:
                 return read_jsonl(lines, str(path), limit=limit, problem_key=problem_key, answer_key=answer_key)
         except UnicodeDecodeError as error:
-            raise DatasetError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} near byte "
-                               f"{error.start} of a block read)") from None
+            raise not_utf8(str(path), error) from None
     if path.is_dir():
         return load_hub_problems(str(path), split=split or "test", limit=limit, problem_key=problem_key,
                                  answer_key=answer_key)

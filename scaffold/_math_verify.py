@@ -35,9 +35,9 @@ LIMIT = 30.0
 and the helper stopped."""
 
 
-@lru_cache(maxsize=65536)
 def math_equal(a: str, b: str) -> bool:
-    """Whether math-verify finds ``a`` and ``b`` equal (either way round), bounded in time in any thread."""
+    """Whether math-verify finds ``a`` and ``b`` equal (either way round), bounded in time in any thread (not
+    remembered here: :func:`scaffold._answers.equivalent` remembers its pairs)."""
     if threading.current_thread() is threading.main_thread():
         return verify_here(a, b)
     return _in_helper(a, b)

@@ -170,8 +170,13 @@ def read_table(path: str, *, limit: int | None = None) -> list[tuple[str, dict[s
         with open(path, encoding="utf-8", newline="" if suffix == ".csv" else None) as handle:
             return _csv_rows(handle, path, limit) if suffix == ".csv" else _jsonl_rows(handle, path, limit)
     except UnicodeDecodeError as error:
-        raise DatasetError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} near byte "
-                           f"{error.start} of a block read)") from None
+        raise not_utf8(path, error) from None
+
+
+def not_utf8(path: str, error: UnicodeDecodeError) -> DatasetError:
+    """The error for a file that is not UTF-8 text, naming it and the first byte that is not."""
+    return DatasetError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} near byte {error.start} "
+                        "of a block read)")
 
 
 def _csv_rows(handle: Any, path: str, limit: int | None) -> list[tuple[str, dict[str, Any]]]:

@@ -408,8 +408,7 @@ class ChoiceAnswer(AnswerKind):
             return letter
         sentences = [part for part in re.split(r"(?<=[.!?。])\s+", lines[-1].strip()) if part.strip()]
         for sentence in reversed(sentences[-3:]):  # the last sentences that name an option ("... So" ends some)
-            words = _words(sentence)
-            named = {letter for text, letter in self._words.items() if text and f" {text} " in words}
+            named = self._named_in(sentence)
             if named:
                 return named.pop() if len(named) == 1 else None
         return None
@@ -432,11 +431,15 @@ class ChoiceAnswer(AnswerKind):
             sentence = _SENTENCE_END.split(rest, maxsplit=1)[0]
             found = self._options.get(_plain(sentence))
             if found is None and not _denies(sentence):  # "Answer: John lived in a state park.": the one option named
-                words = _words(sentence)
-                named = {letter for text, letter in self._words.items() if text and f" {text} " in words}
+                named = self._named_in(sentence)
                 found = named.pop() if len(named) == 1 else None
             return found
         return None
+
+    def _named_in(self, sentence: str) -> set[str]:
+        """The letters of the options whose text a sentence holds, as whole words."""
+        words = _words(sentence)
+        return {letter for text, letter in self._words.items() if text and f" {text} " in words}
 
     def _as_choice(self, content: str) -> str | None:
         """The letter a short answer (a boxed content, a reference) names, ``None`` when it names none."""
