@@ -38,7 +38,7 @@ def external_trace(run_id: str, node: str, index: int, value: Any, extract: Extr
         return Trace(id=tid, run_id=run_id, node=node, index=index, kind=TraceKind.EXTERNAL,
                      text=value, answer=extract(value))
     if isinstance(value, Mapping) and isinstance(value.get("text"), str):
-        extra = {k: v for k, v in value.items() if k not in _TRACE_FIELDS}
+        extra = {k: v for k, v in value.items() if k not in TRACE_FIELDS}
         answer = value.get("answer")
         logprobs = value.get("logprobs")
         cost = value.get("cost")
@@ -56,7 +56,7 @@ def external_trace(run_id: str, node: str, index: int, value: Any, extract: Extr
     )
 
 
-_TRACE_FIELDS = ("text", "answer", "model", "prompt_tokens", "completion_tokens", "cost", "logprobs")
+TRACE_FIELDS = ("text", "answer", "model", "prompt_tokens", "completion_tokens", "cost", "logprobs")
 """Keys of a mapping candidate that become the trace's own fields (the rest go to its metadata)."""
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 import scaffold as sf
 from scaffold.evaluation import load_report
@@ -260,8 +262,8 @@ def test_an_import_leaves_the_garbage_collector_as_it_found_it(tmp_path):
 
 
 def test_an_import_stopped_inside_a_row_records_that_row_once_when_resumed(tmp_path, monkeypatch):
-    """Stopped after a row's run and first output were recorded (no vote, no scores yet), the import again
-    finishes that row: one score per output and one for the run, the run ``ok``."""
+    """Stopped after a row's run and outputs were recorded (no vote, no scores yet), the import again finishes
+    that row: one score per output and one for the run, the run ``ok``."""
     import scaffold.store._import as importing
 
     recorded = importing._run_records
@@ -272,12 +274,12 @@ def test_an_import_stopped_inside_a_row_records_that_row_once_when_resumed(tmp_p
                 raise KeyboardInterrupt
             yield record
 
-    store = sf.Store(str(tmp_path / "runs.db"), batch_size=2)  # small transactions: part of row 1 is committed
+    store = sf.Store(str(tmp_path / "runs.db"), batch_size=1)  # a transaction a record: part of row 1 is committed
     monkeypatch.setattr(importing, "_run_records", stop_inside_second)
     with pytest.raises(KeyboardInterrupt):
         store.import_outputs(ROWS, name="elsewhere")
     store.flush()
-    assert store.run("elsewhere-1").status == "running" and len(store.traces("elsewhere-1")) == 1
+    assert store.run("elsewhere-1").status == "running" and len(store.traces("elsewhere-1")) == 3
     monkeypatch.setattr(importing, "_run_records", recorded)
     store.import_outputs(ROWS, name="elsewhere")
     assert store.run("elsewhere-1").status == "ok" and len(store.traces("elsewhere-1")) == 4
@@ -358,3 +360,60 @@ def test_a_long_csv_cell_is_read_and_unreadable_files_are_dataset_errors(tmp_pat
     with pytest.raises(sf.DatasetError, match=r"latin\.jsonl: not UTF-8 text"):
         sf.load_problems(str(latin))
     store.close()
+
+
+_TEXTS = st.text(st.characters(codec="utf-8"), max_size=30) | st.sampled_from(["\\boxed{4}", "so (B)", ""])
+_OUTPUT = st.fixed_dictionaries({"text": _TEXTS}, optional={
+    "answer": _TEXTS | st.integers(), "model": _TEXTS, "prompt_tokens": st.integers(0, 2**31 - 1),
+    "completion_tokens": st.integers(0, 2**31 - 1),
+    "cost": st.floats(0, 1e3, allow_nan=False) | st.integers(0, 5),
+    "logprobs": st.lists(st.floats(-50, 0), max_size=4), "reasoning": _TEXTS, "finish_reason": _TEXTS,
+    "note": st.none() | st.integers() | st.lists(_TEXTS, max_size=2) | st.dictionaries(_TEXTS, _TEXTS, max_size=2)})
+
+
+@given(output=_OUTPUT, index=st.integers(0, 100))
+def test_an_imported_output_row_is_the_row_of_its_external_trace(output, index):
+    """An import writes each output's ``calls`` row without making its trace: the row is the one the writer makes
+    from that trace, whatever the output holds (given or extracted answer, finish reason, metadata...)."""
+    from scaffold._external import external_trace
+    from scaffold.answers import answer_kind
+    from scaffold.store import _codec as codec
+    from scaffold.store._import import ImportedOutput, _output, output_row
+
+    checked = _output(ImportedOutput.model_validate(output).model_dump(exclude_none=True))
+    extract = answer_kind("choice").bind({"problem": "p", "choices": ["a", "b"]}).extract
+    trace = external_trace("imported-3", "outputs", index, checked, extract)
+    row, expected = output_row("imported-3", "outputs", index, checked, extract), codec.call_values(trace, None, None)
+    assert row == expected and [type(v) for v in row] == [type(v) for v in expected]
+
+
+def test_a_row_the_database_refuses_fails_the_import_by_name_and_importing_again_records_it(store, monkeypatch):
+    """The database refuses one output of row 1 (past the sanitiser): the import raises a RecordError naming the row,
+    rows 0 and 2 are recorded, row 1 ends as ``error`` keeping the outputs that fit; importing again records row 1
+    whole, each output and the run scored once."""
+    from scaffold.store._codec import CALL_COLUMNS
+
+    add_calls = store.writer._add_calls
+    position = CALL_COLUMNS.index("index")
+
+    def tampered(batch, rows):
+        add_calls(batch, rows)
+        row = batch.calls.get("elsewhere-1/outputs#1")
+        if row is not None:
+            batch.calls[row[0]] = (*row[:position], 2**70, *row[position + 1:])
+
+    monkeypatch.setattr(store.writer, "_add_calls", tampered)
+    with pytest.raises(sf.RecordError) as refused:
+        store.import_outputs(ROWS, name="elsewhere")
+    assert "refused 1 of 3 rows" in str(refused.value) and "row 1" in str(refused.value)
+    assert "calls.index" in str(refused.value)
+    assert [store.run(f"elsewhere-{i}").status for i in range(3)] == ["ok", "error", "ok"]
+    assert sorted(t.id for t in store.traces("elsewhere-1")) == ["elsewhere-1/outputs#0", "elsewhere-1/outputs#2",
+                                                                 "elsewhere-1/vote#0"]
+    monkeypatch.undo()
+    done = store.import_outputs(ROWS, name="elsewhere")
+    assert done.rows == 3 and store.run("elsewhere-1").status == "ok" and len(store.traces("elsewhere-1")) == 4
+    for item in (0, 1):
+        rewards = store.rewards(f"elsewhere-{item}")
+        assert sorted(r["call_id"] or "" for r in rewards) == ["", *(f"elsewhere-{item}/outputs#{i}" for i in range(3))]
+    assert [o.correct for o in load_report(store, "elsewhere").outcomes] == [True, False, None]

@@ -198,7 +198,7 @@ def call_values(trace: Trace, key: str | None, backend: str | None) -> tuple[Any
     if metadata and "finish_reason" in metadata:
         metadata = dict(metadata)
         finish_reason = metadata.pop("finish_reason")
-    meta_json = _encode(to_json(metadata)) if metadata else "{}"
+    meta_json = json_text(metadata)
     usage = trace.usage
     return (
         trace.id, trace.run_id, trace.node, trace.index, trace.kind.value, trace.model,
@@ -208,6 +208,11 @@ def call_values(trace: Trace, key: str | None, backend: str | None) -> tuple[Any
         trace.started_at, trace.attempt, trace.status.value, trace.error,
         str(finish_reason) if finish_reason is not None else None, meta_json,
     )
+
+
+def json_text(metadata: Mapping[str, Any] | None) -> str:
+    """A trace's metadata as its column holds it: JSON text, ``"{}"`` when empty."""
+    return _encode(to_json(metadata)) if metadata else "{}"
 
 
 def edge_values(trace: Trace) -> list[tuple[str, int, str]]:

@@ -11,15 +11,17 @@ reference, every output and the vote are scored as ``scaffold eval`` scores them
 :func:`~scaffold.evaluation.replay` and ``scaffold compare`` read an import as they read an evaluation.
 
 The records are exactly those a run of that graph records (a test compares the two field by field), written
-without running it: the outputs become traces, the vote is computed as ``sf.vote`` computes it, and everything
-goes to the store's writer in bulk, in the calling thread (about 2,000 rows of 8 outputs a second into SQLite on
-2 cores; ``benchmarks/replay.py``). The garbage collector is paused while the records are written (they hold no
-cycles) and restored as it was.
+without running it: each output becomes the ``calls`` row its external trace would (:func:`output_row`, held equal
+to it by a property test), the vote is computed as ``sf.vote`` computes it, and everything goes to the store's
+writer in bulk, in the calling thread (``benchmarks/replay.py`` measures the rows a second). The garbage collector
+is paused while the rows are read and the records written (they hold no cycles) and restored as it was.
 
 Every row is checked before anything is recorded, so a bad row stops the import with a
 :class:`~scaffold.DatasetError` naming its file and line and nothing recorded. Rows are recorded in order, each
 scored last, so an import that was stopped resumes where it was, row by row, when run again with the same name
-(the rows already scored are skipped).
+(the rows already scored are skipped). A row the database itself refuses (past the store's sanitiser) ends as an
+``error`` run keeping what fitted, and the import raises a :class:`~scaffold.RecordError` naming the row once the
+other rows are recorded: importing again records the refused rows again, scoring nothing twice.
 
 Imported outputs carry no policy token ids or sampling logprobs of a model being trained: policy-gradient trainers
 refuse them (see the training guide for supervised fine-tuning on them instead).
@@ -33,21 +35,23 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from scaffold._answers import Extractor
 from scaffold._clusters import AnswerChecker, vote_summary
-from scaffold._errors import DatasetError, EvaluationError
-from scaffold._external import external_trace
+from scaffold._errors import DatasetError, EvaluationError, RecordError
+from scaffold._external import TRACE_FIELDS as _TRACE_FIELDS
 from scaffold._json import to_json
 from scaffold._rows import read_table
 from scaffold._types import Trace, TraceKind
 from scaffold._values import INT32
 from scaffold.answers import AnswerKind
 from scaffold.answers import answer_kind as answer_kind_of
+from scaffold.store import _codec as codec
 from scaffold.store._evaluations import EVAL_SOURCE, same_evaluation
-from scaffold.store._recorder import run_totals
+from scaffold.store._recorder import usage_totals
 
 if TYPE_CHECKING:
     from scaffold.store._store import Store
@@ -93,6 +97,12 @@ class ImportedOutput(BaseModel):
     """The sampled tokens' log-probabilities, when the file has them (DeepConf's confidence reads them)."""
     reasoning: str | None = None
 
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        """An answer given as a number (``42``, as a JSON file may hold it) is its text."""
+        return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
 
 class ImportedRow(BaseModel):
     """One imported row, as :func:`import_outputs` reads it (after its keys are mapped)."""
@@ -130,14 +140,24 @@ def import_rows(store: Store, source: str | os.PathLike[str] | Iterable[Mapping[
     """Record ``source`` (a file or rows) as evaluation ``name`` in ``store``; see :meth:`Store.import_outputs`."""
     if not isinstance(name, str) or not name or any(c.isspace() for c in name) or "/" in name:
         raise EvaluationError(f"an evaluation name must be non-empty without spaces or '/', got {name!r}")
+    collecting = gc.isenabled()
+    gc.disable()  # rows and records are acyclic: collecting young objects while making thousands a row only costs time
+    try:
+        return _import(store, source, name, answer_kind_of(answer_kind), problem_key, answer_key, outputs_key,
+                       dataset or name)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _import(store: Store, source: str | os.PathLike[str] | Iterable[Mapping[str, Any]], name: str, kind: AnswerKind,
+            problem_key: str, answer_key: str, outputs_key: str, dataset: str) -> Imported:
     where = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "rows"
     found = read_table(where) if isinstance(source, (str, os.PathLike)) else [
         (f"row {number}", row) for number, row in enumerate(source)]
     if not found:
         raise DatasetError(f"{where}: no rows to import")
     rows = [_checked(at, row, problem_key, answer_key, outputs_key) for at, row in found]
-    kind = answer_kind_of(answer_kind)
-    dataset = dataset or name
     settings: dict[str, Any] = {"graph": "imported", "imported_from": where, "rows": len(rows)}
     if kind.name != "math":  # recorded, so that a report read later scores by the same kind
         settings["answer_kind"] = kind.name
@@ -145,8 +165,9 @@ def import_rows(store: Store, source: str | os.PathLike[str] | Iterable[Mapping[
     same_evaluation(saved, "imported", dataset, to_json(settings), len(rows))
     run_ids = [f"{name}-{i}" for i in range(len(rows))]
     before = store.rewards_of(run_ids, source=EVAL_SOURCE)  # a resumed import: what is already scored
-    scored = {r["run_id"] for r in before if r["call_id"] is None}
-    rewarded = {r["call_id"] for r in before if r["call_id"] is not None}
+    failed = {run.id for run in store.runs(dataset=dataset, status="error")}  # refused before: recorded again
+    scored = {r["run_id"] for r in before if r["call_id"] is None} - failed
+    rewarded = {r["call_id"] or r["run_id"] for r in before}  # the ids of the calls and runs already scored
     data = store.dataset_rows(dataset, rows)  # checked, as JSON: each is the dataset's item and the run's inputs
     read = ("problem", "outputs", *(key for key in kind.inputs if key not in ("problem", "outputs")))
 
@@ -159,20 +180,20 @@ def import_rows(store: Store, source: str | os.PathLike[str] | Iterable[Mapping[
                 inputs = {key: data[item][key] for key in read if key in data[item]}
                 yield from _run_records(run_ids[item], item, row, inputs, kind, dataset, rewarded)
 
-    collecting = gc.isenabled()
-    gc.disable()  # the records are acyclic: collecting young objects while making thousands a row only costs time
-    try:
-        store.writer.write(records())  # in this thread, in batches (no hand-over to the writer thread)
-    finally:
-        if collecting:
-            gc.enable()
+    store.writer.write(records())  # in this thread, in batches (no hand-over to the writer thread)
+    refused = [(at, why) for (at, _), run_id in zip(found, run_ids) if (why := store.writer.refusal(run_id))]
+    if refused:
+        raise RecordError(f"{where}: the store refused {len(refused)} of {len(rows)} rows (the first, {refused[0][0]}: "
+                          f"{refused[0][1]}); the others are recorded, and importing again as {name!r} records the "
+                          f"refused ones again")
     return Imported(name=name, rows=len(rows), outputs=sum(len(r["outputs"]) for r in rows),
                     scored=sum(r.get("answer") is not None for r in rows), source=where)
 
 
 def _run_records(run_id: str, item: int, row: Mapping[str, Any], inputs: dict[str, Any], kind: AnswerKind,
                  dataset: str, rewarded: set[str]) -> Iterable[tuple[Any, ...]]:
-    """What a run of ``imported`` over ``row`` records, in the order it records it, its scores last."""
+    """What a run of ``imported`` over ``row`` records, in the order it records it, its scores last. The outputs
+    go to the writer as ready ``calls`` rows (:func:`output_row`): the rows their external traces would give."""
     started = time.time()
     yield ("run", {
         "id": run_id, "graph": "imported", "spec": IMPORTED_SPEC, "params": {},
@@ -182,22 +203,55 @@ def _run_records(run_id: str, item: int, row: Mapping[str, Any], inputs: dict[st
         "cost": None, "attempts": 1,
     })
     bound = kind.bind(row)
-    outputs = [external_trace(run_id, "outputs", i, value, bound.extract) for i, value in enumerate(row["outputs"])]
-    text, answer, metadata = vote_summary(outputs, None, bound.same)
+    outputs = [output_row(run_id, "outputs", i, value, bound.extract) for i, value in enumerate(row["outputs"])]
+    voters = [_Voter(o[0], o[_TEXT], o[_ANSWER]) for o in outputs]
+    text, answer, metadata = vote_summary(voters, None, bound.same)  # type: ignore[arg-type]  # id, text, answer
     voted = Trace(id=f"{run_id}/vote#0", run_id=run_id, node="vote", index=0, kind=TraceKind.RULE, text=text,
-                  answer=answer, inputs=tuple(t.id for t in outputs), started_at=time.time(), metadata=metadata)
-    for trace in (*outputs, voted):
-        yield ("trace", trace, None)
+                  answer=answer, inputs=tuple(v.id for v in voters), started_at=time.time(), metadata=metadata)
+    yield ("calls", outputs)
+    yield ("trace", voted, None)
     yield ("end", {"id": run_id, "status": "ok", "error": None, "finished_at": time.time(), "output": voted.id,
-                   "answer": answer, **run_totals([*outputs, voted])}, None)
+                   "answer": answer, **usage_totals([], [(o[_PROMPT], o[_COMPLETION], o[_COST]) for o in outputs])},
+           None)
     reference = row.get("answer")
     if reference is None:
         return
     check = AnswerChecker(str(reference), bound.same)
-    for trace in outputs:
-        if trace.id not in rewarded:
-            yield ("reward", _reward(run_id, trace.id, check(trace.answer), {}))
-    yield ("reward", _reward(run_id, None, check(answer), {"reference": str(reference)}))
+    rewards = [_reward(run_id, voter.id, check(voter.answer), {}) for voter in voters if voter.id not in rewarded]
+    if run_id not in rewarded:
+        rewards.append(_reward(run_id, None, check(answer), {"reference": str(reference)}))
+    if rewards:
+        yield ("rewards", rewards)
+
+
+class _Voter(NamedTuple):
+    """What a vote reads of an output (:func:`~scaffold._clusters.vote_summary`)."""
+
+    id: str
+    text: str
+    answer: str | None
+
+
+_TEXT, _ANSWER, _PROMPT, _COMPLETION, _COST = (codec.CALL_COLUMNS.index(name) for name in (
+    "text", "answer", "prompt_tokens", "completion_tokens", "cost"))
+
+
+def output_row(run_id: str, node: str, index: int, value: Mapping[str, Any], extract: Extractor) -> tuple[Any, ...]:
+    """The ``calls`` row (:data:`~scaffold.store._codec.CALL_COLUMNS`) of an output checked by :class:`ImportedOutput`
+    (a mapping with ``text``), the same as ``codec.call_values(external_trace(...), None, None)`` without making the
+    trace: an import makes one per output (a test holds the two equal)."""
+    text = value["text"]
+    answer = value.get("answer")
+    metadata = {k: v for k, v in value.items() if k not in _TRACE_FIELDS} if len(value) > 1 else None
+    finish_reason = metadata.pop("finish_reason", None) if metadata else None
+    cost = value.get("cost")
+    return (
+        f"{run_id}/{node}#{index}", run_id, node, index, "external", value.get("model"), None, None, None, 1, None,
+        text, str(answer) if answer is not None else extract(text), None, codec.pack_floats(value.get("logprobs")),
+        value.get("prompt_tokens", 0), value.get("completion_tokens", 0), float(cost) if cost is not None else None,
+        0.0, 0.0, 1, "ok", None, str(finish_reason) if finish_reason is not None else None,
+        codec.json_text(metadata) if metadata else "{}",
+    )
 
 
 def _reward(run_id: str, call_id: str | None, right: bool, metadata: dict[str, Any]) -> dict[str, Any]:

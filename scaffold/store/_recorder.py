@@ -107,12 +107,20 @@ def run_totals(traces: Sequence[Trace]) -> dict[str, Any]:
 
     Outputs collected elsewhere (external traces) count when any of them says what it cost or used (imported
     ones): then one that does not makes the total cost unknown, never smaller."""
-    calls = [t for t in traces if t.kind is TraceKind.MODEL]
-    given = [t for t in traces if t.kind is TraceKind.EXTERNAL]
-    paid = calls + (given if any(t.usage.total_tokens or t.cost is not None for t in given) else [])
-    costs = [t.cost for t in paid]
-    return {"calls": len(calls), "prompt_tokens": sum(t.usage.prompt_tokens for t in paid),
-            "completion_tokens": sum(t.usage.completion_tokens for t in paid),
+    return usage_totals([(t.usage.prompt_tokens, t.usage.completion_tokens, t.cost)
+                         for t in traces if t.kind is TraceKind.MODEL],
+                        [(t.usage.prompt_tokens, t.usage.completion_tokens, t.cost)
+                         for t in traces if t.kind is TraceKind.EXTERNAL])
+
+
+def usage_totals(calls: Sequence[tuple[int, int, float | None]],
+                 given: Sequence[tuple[int, int, float | None]]) -> dict[str, Any]:
+    """:func:`run_totals` from each model call's and each external trace's ``(prompt tokens, completion tokens,
+    cost)``."""
+    paid = [*calls, *given] if any(p or c or cost is not None for p, c, cost in given) else calls
+    costs = [cost for _, _, cost in paid]
+    return {"calls": len(calls), "prompt_tokens": sum(p for p, _, _ in paid),
+            "completion_tokens": sum(c for _, c, _ in paid),
             "cost": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))}
 
 

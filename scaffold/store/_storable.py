@@ -34,7 +34,7 @@ Anything that still reaches the database and is refused fails only the run it be
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Float, Integer, LargeBinary, String, Table
@@ -109,6 +109,32 @@ class Columns:
             v = row[i]
             if v is not None and not isfinite(v):
                 return False
+        return True
+
+    def fits_all(self, rows: Sequence[tuple[Any, ...]]) -> bool:
+        """True when every row of ``rows`` :meth:`fits`: the texts of all of them checked as one (the lineage of an
+        aggregation, the outputs of an imported row), then each row's numbers and limited texts."""
+        strings = self._strings
+        try:
+            joined = "".join([v for row in rows for i in strings if (v := row[i]) is not None])
+        except TypeError:
+            return all(self.fits_each(row) for row in rows)
+        if not joined.isascii() or not json_text_is_clean(joined) or (self.no_nul and "\x00" in joined):
+            return all(self.fits(row) for row in rows)
+        limited, ints, floats, isfinite = self._limited, self._ints, self._floats, math.isfinite
+        for row in rows:
+            for i, limit in limited:
+                v = row[i]
+                if v is not None and len(v) > limit:
+                    return False
+            for i, low, high in ints:
+                v = row[i]
+                if v is not None and not low <= v <= high:
+                    return False
+            for i in floats:
+                v = row[i]
+                if v is not None and not isfinite(v):
+                    return False
         return True
 
     def fits_each(self, row: tuple[Any, ...]) -> bool:

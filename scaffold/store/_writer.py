@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,6 +205,11 @@ class Writer:
             if failure:
                 raise StoreError(f"the store could not write: {failure[0]}")
 
+    def refusal(self, run_id: str) -> RecordError | None:
+        """Why the database refused a record of run ``run_id`` since it last started (``None``: nothing refused;
+        the last 10,000 refused runs are remembered)."""
+        return self._refused.get(run_id)
+
     def close(self, timeout: float | None = 30.0) -> None:
         """Write what is queued, then stop the thread."""
         if self._closed:
@@ -271,6 +276,10 @@ class Writer:
         batch.size += 1
         if kind == "trace":
             self._add_trace(batch, record[1], record[2])
+        elif kind == "calls":  # ``calls`` rows made by the caller (an imported row's outputs), JSON serialised
+            self._add_calls(batch, record[1])
+        elif kind == "call":
+            self._add_calls(batch, (record[1],))
         elif kind == "run":
             row = record[1]
             self._refused.pop(row["id"], None)  # started again (resumed): a new chance
@@ -284,6 +293,8 @@ class Writer:
             batch.items[(row["dataset"], row["position"])] = row
         elif kind == "reward":
             batch.rewards.append(record[1])
+        elif kind == "rewards":
+            batch.rewards.extend(record[1])
         elif kind == "flush":
             batch.done.append((None, record[1]))
         elif kind == "stop":
@@ -303,10 +314,21 @@ class Writer:
                 batch.requests.setdefault(key, values)
         batch.calls[trace.id] = self._call_row(trace, key, backend)
         if trace.inputs:
-            for edge in codec.edge_values(trace):
-                if not self._edge_columns.fits(edge):
+            edges = codec.edge_values(trace)
+            fitting = self._edge_columns.fits_all(edges)
+            for edge in edges:
+                if not fitting and not self._edge_columns.fits(edge):
                     edge = self._edge_columns.repair(edge)[0]  # type: ignore[assignment]
                 batch.edges[edge[:2]] = edge
+
+    def _add_calls(self, batch: _Batch, rows: Sequence[tuple[Any, ...]]) -> None:
+        columns, calls = self._call_columns, batch.calls
+        if columns.fits_all(rows):
+            for row in rows:
+                calls[row[0]] = row
+            return
+        for row in rows:
+            calls[row[0]] = row if columns.fits(row) else self._stored_call(row, [])
 
     def _add_end(self, batch: _Batch, end: dict[str, Any], done: Done | None) -> None:
         end = self._end_row(end)
@@ -327,10 +349,14 @@ class Writer:
             values = codec.call_values(trace, key, backend)
         except (OverflowError, TypeError, ValueError, RecursionError):
             values, changed = _repaired_call(trace, key, backend)
-        columns = self._call_columns
-        if not changed and columns.fits(values):
+        if not changed and self._call_columns.fits(values):
             return values
-        values, more = columns.repair(values)
+        return self._stored_call(values, changed)
+
+    def _stored_call(self, values: tuple[Any, ...], changed: list[str]) -> tuple[Any, ...]:
+        """A ``calls`` row that does not fit as it is, repaired; the fields that changed (``changed`` and the
+        repair's) are named in its metadata's ``sanitised``."""
+        values, more = self._call_columns.repair(values)
         changed += more
         if changed:
             meta = json.loads(values[-1])
@@ -415,7 +441,7 @@ class Writer:
         refused record."""
         refusal: StoreError | None = None
         waiting: list[tuple[str | None, Done]] = []
-        for record in records:
+        for record in _singly(records):
             if record[0] == "end":
                 waiting.extend(self._build([record]).done)
                 continue
@@ -549,6 +575,16 @@ def _chunks(records: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tupl
         yield chunk
 
 
+def _singly(records: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+    """``records`` with each group (``"calls"``, ``"rewards"``) given as its members, one record each."""
+    for record in records:
+        kind = record[0]
+        if kind == "calls" or kind == "rewards":
+            yield from ((kind[:-1], member) for member in record[1])
+        else:
+            yield record
+
+
 def _failing(done: Done, error: BaseException) -> Done:
     """``done`` told ``error`` whatever the batch's outcome (a record already known to be refused)."""
 
@@ -563,6 +599,12 @@ def _run_of(record: tuple[Any, ...]) -> str | None:
     kind = record[0]
     if kind == "trace":
         return record[1].run_id  # type: ignore[no-any-return]
+    if kind == "call":
+        return record[1][1]  # type: ignore[no-any-return]
+    if kind == "calls":
+        return record[1][0][1]  # type: ignore[no-any-return]
+    if kind == "rewards":
+        return record[1][0]["run_id"]  # type: ignore[no-any-return]
     if kind in ("run", "end"):
         return record[1]["id"]  # type: ignore[no-any-return]
     if kind == "reward":
@@ -582,11 +624,16 @@ def _record_name(record: tuple[Any, ...]) -> str:
     kind = record[0]
     if kind == "trace":
         return f"trace {record[1].id!r}"
+    if kind == "call":
+        return f"trace {record[1][0]!r}"
+    if kind == "calls":
+        return f"the traces {record[1][0][0]!r}..."
     if kind == "dataset":
         return f"dataset {record[1]['name']!r}"
     if kind == "item":
         return f"row {record[1]['position']} of dataset {record[1]['dataset']!r}"
-    return {"run": "the run's row", "end": "the run's end", "reward": "a reward"}.get(kind, f"a {kind!r} record")
+    names = {"run": "the run's row", "end": "the run's end", "reward": "a reward", "rewards": "a reward"}
+    return names.get(kind, f"a {kind!r} record")
 
 
 def _repaired_call(trace: Trace, key: str | None, backend: str | None) -> tuple[tuple[Any, ...], list[str]]:
