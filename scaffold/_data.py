@@ -27,8 +27,9 @@ from typing import IO, Any
 
 from scaffold._errors import DatasetError
 from scaffold._rows import check_row, hub_rows, load_hub_problems, not_utf8, open_hub, read_jsonl, read_table
-from scaffold.answers import CHOICES_TEMPLATE, AnswerKind, ChoiceAnswer, choice_rows
+from scaffold.answers import CHOICES_TEMPLATE, AnswerKind, ChoiceAnswer
 from scaffold.answers import answer_kind as answer_kind_of
+from scaffold.answers._rows import choice_rows_at
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,9 +147,9 @@ def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, s
     if limit is not None and limit < 1:
         raise DatasetError(f"limit must be at least 1, got {limit}")
     if answer_kind is not None and isinstance(answer_kind_of(answer_kind), ChoiceAnswer):
-        raw, where = _raw_rows(source, limit=limit, split=split)
-        return choice_rows(raw, where, question_key="question" if problem_key == "problem" else problem_key,
-                           choices_key=choices_key, answer_key=answer_key, template=template)
+        return choice_rows_at(_raw_rows(source, limit=limit, split=split),
+                              question_key="question" if problem_key == "problem" else problem_key,
+                              choices_key=choices_key, answer_key=answer_key, template=template)
     name = os.fspath(source)
     shipped = DATASETS.get(_ALIASES.get(name, name)) if isinstance(source, str) else None
     if shipped is not None:
@@ -177,25 +178,26 @@ def load_problems(source: str | os.PathLike[str], *, limit: int | None = None, s
 
 
 def _raw_rows(source: str | os.PathLike[str], *, limit: int | None, split: str | None
-              ) -> tuple[list[dict[str, Any]], str]:
-    """The rows ``source`` names as they are (for a kind that reads its own fields), and what to call it."""
+              ) -> list[tuple[str, Any]]:
+    """The rows ``source`` names as they are (for a kind that reads its own fields), each with where it is (a
+    file's line, a hub dataset's row)."""
     name = os.fspath(source)
     path = Path(name).expanduser()
     if path.is_file():
-        rows = [row for _, row in read_table(str(path), limit=limit)]
+        rows = read_table(str(path), limit=limit)
     elif path.is_dir() or (isinstance(source, str) and _HUB_NAME.fullmatch(name)):
         rows = []
-        for row in open_hub(name if not path.is_dir() else str(path), split or "test"):
-            rows.append(dict(row))
+        name = f"{name}[{split or 'test'}]"
+        for number, row in enumerate(open_hub(str(path) if path.is_dir() else os.fspath(source), split or "test")):
+            rows.append((f"{name} row {number}", dict(row)))
             if limit is not None and len(rows) >= limit:
                 break
-        name = f"{name}[{split or 'test'}]"
     else:
         raise DatasetError(f"no multiple-choice dataset {name!r}: not a file (JSONL, CSV or Parquet), a local "
                            f"Hugging Face dataset directory or a hub name OWNER/NAME")
     if not rows:
         raise DatasetError(f"{name}: the dataset is empty")
-    return rows, name
+    return rows
 
 
 def _load_from_hub(name: str, *, limit: int | None, split: str | None, problem_key: str,

@@ -61,9 +61,19 @@ def test_multiple_choice_rows_load_from_a_hugging_face_dataset_directory(tmp_pat
 
 def test_bad_multiple_choice_rows_name_the_file_and_row(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"question": "?", "choices": ["a", "b"], "answer": "Z"}) + "\n")
-    with pytest.raises(sf.DatasetError, match=r"bad.jsonl row 0: answer 'Z' is neither a letter A-B nor the text"):
+    good = json.dumps({"question": "?", "choices": ["a", "b"], "answer": "A"})
+    bad.write_text(good + "\n\n" + json.dumps({"question": "?", "choices": ["a", "b"], "answer": "Z"}) + "\n")
+    with pytest.raises(sf.DatasetError, match=r"bad.jsonl:3: answer 'Z' is neither a letter A-B nor the text"):
+        sf.load_problems(bad, answer_kind="choice")  # the file's line, blank lines counted
+    bad.write_text(good + "\n" + json.dumps(["?", ["a", "b"], "A"]) + "\n")
+    with pytest.raises(sf.DatasetError, match=r"bad.jsonl:2: a row is a JSON object, got list"):
         sf.load_problems(bad, answer_kind="choice")
+    with pytest.raises(sf.DatasetError, match=r"x row 1: a multiple-choice row is an object .* got list"):
+        choice_rows([{"question": "?", "choices": ["a", "b"], "answer": "A"}, ["?", ["a", "b"], "A"]], "x")
+    csv_file = tmp_path / "bad.csv"
+    csv_file.write_text("question,A,B,answer\n2+2?,3,4,B\n3+3?,6,7,Q\n")
+    with pytest.raises(sf.DatasetError, match=r"bad.csv:3: answer 'Q'"):
+        sf.load_problems(csv_file, answer_kind="choice")
     with pytest.raises(sf.DatasetError, match="row 0: a multiple-choice row needs at least two options"):
         choice_rows([{"question": "?", "choices": ["only"], "answer": "A"}], "x")
     with pytest.raises(sf.DatasetError, match="row 0: answer index 5 is not one of the 2 options"):

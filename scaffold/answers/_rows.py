@@ -51,9 +51,19 @@ def choice_rows(rows: Sequence[Mapping[str, Any]], where: str, *, question_key: 
         >>> [(r["answer"], r["choices"]) for r in rows]
         [('B', ['3', '4']), ('A', ['apple', 'sky'])]
     """
+    return choice_rows_at([(f"{where} row {number}", row) for number, row in enumerate(rows)],
+                          question_key=question_key, choices_key=choices_key, answer_key=answer_key, template=template)
+
+
+def choice_rows_at(found: Sequence[tuple[str, Any]], *, question_key: str = "question", choices_key: str = "choices",
+                   answer_key: str = "answer", template: str = CHOICES_TEMPLATE) -> list[dict[str, Any]]:
+    """:func:`choice_rows` of rows each given with where it is (``file:line``, as :func:`scaffold._rows.read_table`
+    gives them): an error names that place."""
     out = []
-    for number, row in enumerate(rows):
-        at = f"{where} row {number}"
+    for at, row in found:
+        if not isinstance(row, Mapping):
+            raise DatasetError(f"{at}: a multiple-choice row is an object with a question, its options and the "
+                               f"answer, got {type(row).__name__}")
         question = row.get(question_key, row.get("problem"))
         if question is None or not str(question).strip():
             raise DatasetError(f"{at}: no question ({question_key!r} or 'problem')")
