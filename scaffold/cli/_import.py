@@ -19,8 +19,9 @@ from scaffold.cli._common import StoreHandle
 @click.option("--answer-key", default="answer", show_default=True,
               help="The reference answer field (optional: rows without it are recorded, not scored).")
 @click.option("--outputs-key", default="outputs", show_default=True,
-              help="The outputs field: a list of texts, or of objects with text, model, prompt_tokens, "
-                   "completion_tokens, cost, logprobs, reasoning (a CSV cell holds the list as JSON).")
+              help="The outputs field: a list of texts, or of objects with text and any of answer, model, "
+                   "prompt_tokens, completion_tokens, cost, logprobs, reasoning (other keys are kept as metadata; "
+                   "a CSV cell holds the list as JSON).")
 @click.option("--dataset", help="The dataset the rows are recorded as (default: the name).")
 def import_command(file: Path, name: str, answer_kind: str, problem_key: str, answer_key: str, outputs_key: str,
                    dataset: str | None) -> None:
@@ -28,7 +29,8 @@ def import_command(file: Path, name: str, answer_kind: str, problem_key: str, an
     outputs voted by the answer kind and, where the row has a reference, scored. The runs can then be compared,
     replayed (`scaffold replay --from NAME`), browsed (`scaffold ui`) and exported like any evaluation's.
 
-    Every row is checked first: a bad row stops the import naming its file and line, with nothing recorded.
+    Every row is checked first: a bad row stops the import naming its file and line, with nothing recorded. A row
+    the database itself refuses is named too, after the other rows are recorded; the same name again records it.
 
     \b
     Examples:
