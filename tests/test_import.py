@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scaffold as sf
@@ -417,3 +417,33 @@ def test_a_row_the_database_refuses_fails_the_import_by_name_and_importing_again
         rewards = store.rewards(f"elsewhere-{item}")
         assert sorted(r["call_id"] or "" for r in rewards) == ["", *(f"elsewhere-{item}/outputs#{i}" for i in range(3))]
     assert [o.correct for o in load_report(store, "elsewhere").outcomes] == [True, False, None]
+
+
+_ROW = st.fixed_dictionaries(
+    {"problem": st.text(min_size=1, max_size=20).filter(str.strip),
+     "outputs": st.lists(_OUTPUT | _TEXTS, min_size=1, max_size=4)},
+    optional={"answer": st.sampled_from(["4", "B", "(A)", "blue"]) | _TEXTS, "source": _TEXTS})
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(_ROW, min_size=1, max_size=3), kind=st.sampled_from([None, "choice", "text"]))
+def test_any_import_records_exactly_what_a_run_of_the_imported_graph_records(tmp_path_factory, rows, kind):
+    """The field-by-field comparison above, over generated rows: outputs of every shape (given or extracted
+    answers, tokens, costs, logprobs, finish reasons, metadata), references or none, extra row keys."""
+    from scaffold._sync import run_released
+    from scaffold.evaluation import IMPORTED
+    from scaffold.evaluation._harness import record_evaluation
+    from scaffold.store._import import _checked
+
+    rows = [{**row, "choices": ["red", "blue"]} if kind == "choice" else row for row in rows]
+    folder = tmp_path_factory.mktemp("generated")
+    fast = sf.Store(str(folder / "fast.db"))
+    fast.import_outputs(rows, name="elsewhere", answer_kind=kind)
+    fast.close()
+    checked = [_checked(f"row {i}", row, "problem", "answer", "outputs") for i, row in enumerate(rows)]
+    settings_ = {"graph": "imported", "imported_from": "rows", "rows": len(rows)}
+    slow = sf.Store(str(folder / "slow.db"))
+    run_released(record_evaluation(IMPORTED, checked, {}, name="elsewhere", store=slow, dataset="elsewhere",
+                                   answer_kind=kind, require_answers=False, settings=settings_), {})
+    slow.close()
+    assert _table_rows(folder / "fast.db") == _table_rows(folder / "slow.db")
