@@ -195,22 +195,31 @@ def _table_rows(path: Path, ignore: frozenset[str] = frozenset()) -> dict[str, l
 @pytest.mark.parametrize(("rows", "answer_kind"), [(ROWS, None), (CHOICE_ROWS, "choice")])
 def test_an_import_records_exactly_what_a_run_of_the_imported_graph_records(tmp_path, rows, answer_kind):
     """The bulk import writes, field by field, the records that running ``IMPORTED`` over the same rows writes."""
+    from scaffold.evaluation import IMPORTED
+    from scaffold.store._import import IMPORTED_SPEC
+
+    assert IMPORTED.spec() == IMPORTED_SPEC
+    imported, run = imported_and_run(tmp_path, rows, answer_kind)
+    assert imported == run
+
+
+def imported_and_run(folder: Path, rows: list[dict], answer_kind: str | None) -> tuple[dict, dict]:
+    """The tables (:func:`_table_rows`) of importing ``rows``, and of running ``IMPORTED`` over the same rows."""
     from scaffold._sync import run_released
     from scaffold.evaluation import IMPORTED
     from scaffold.evaluation._harness import record_evaluation
-    from scaffold.store._import import IMPORTED_SPEC, _checked
+    from scaffold.store._import import _checked
 
-    assert IMPORTED.spec() == IMPORTED_SPEC
-    fast = sf.Store(str(tmp_path / "fast.db"))
+    fast = sf.Store(str(folder / "fast.db"))
     fast.import_outputs(rows, name="elsewhere", answer_kind=answer_kind)
     fast.close()
     checked = [_checked(f"row {i}", row, "problem", "answer", "outputs") for i, row in enumerate(rows)]
-    settings = {"graph": "imported", "imported_from": "rows", "rows": len(rows)}
-    slow = sf.Store(str(tmp_path / "slow.db"))
+    settings_ = {"graph": "imported", "imported_from": "rows", "rows": len(rows)}
+    slow = sf.Store(str(folder / "slow.db"))
     run_released(record_evaluation(IMPORTED, checked, {}, name="elsewhere", store=slow, dataset="elsewhere",
-                                   answer_kind=answer_kind, require_answers=False, settings=settings), {})
+                                   answer_kind=answer_kind, require_answers=False, settings=settings_), {})
     slow.close()
-    assert _table_rows(tmp_path / "fast.db") == _table_rows(tmp_path / "slow.db")
+    return _table_rows(folder / "fast.db"), _table_rows(folder / "slow.db")
 
 
 def test_an_import_stopped_part_way_resumes_after_the_last_row_recorded(tmp_path, monkeypatch):
@@ -430,20 +439,6 @@ _ROW = st.fixed_dictionaries(
 def test_any_import_records_exactly_what_a_run_of_the_imported_graph_records(tmp_path_factory, rows, kind):
     """The field-by-field comparison above, over generated rows: outputs of every shape (given or extracted
     answers, tokens, costs, logprobs, finish reasons, metadata), references or none, extra row keys."""
-    from scaffold._sync import run_released
-    from scaffold.evaluation import IMPORTED
-    from scaffold.evaluation._harness import record_evaluation
-    from scaffold.store._import import _checked
-
     rows = [{**row, "choices": ["red", "blue"]} if kind == "choice" else row for row in rows]
-    folder = tmp_path_factory.mktemp("generated")
-    fast = sf.Store(str(folder / "fast.db"))
-    fast.import_outputs(rows, name="elsewhere", answer_kind=kind)
-    fast.close()
-    checked = [_checked(f"row {i}", row, "problem", "answer", "outputs") for i, row in enumerate(rows)]
-    settings_ = {"graph": "imported", "imported_from": "rows", "rows": len(rows)}
-    slow = sf.Store(str(folder / "slow.db"))
-    run_released(record_evaluation(IMPORTED, checked, {}, name="elsewhere", store=slow, dataset="elsewhere",
-                                   answer_kind=kind, require_answers=False, settings=settings_), {})
-    slow.close()
-    assert _table_rows(folder / "fast.db") == _table_rows(folder / "slow.db")
+    imported, run = imported_and_run(tmp_path_factory.mktemp("generated"), rows, kind)
+    assert imported == run
