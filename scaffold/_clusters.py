@@ -11,19 +11,32 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from scaffold._answers import Equivalence, equivalent
-from scaffold._types import Trace
 
-__all__ = ["AnswerChecker", "cluster_answers", "vote_summary"]
+__all__ = ["AnswerChecker", "Voter", "cluster_answers", "vote_summary"]
+
+
+class Voter(Protocol):
+    """What a vote reads of a member: a :class:`~scaffold._types.Trace`, or an imported output's row."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def answer(self) -> str | None: ...
+
+
+V = TypeVar("V", bound=Voter)
 
 
 def cluster_answers(
-    traces: Sequence[Trace],
-    weight: Callable[[Trace], float] | None = None,
+    traces: Sequence[V],
+    weight: Callable[[V], float] | None = None,
     same: Equivalence = equivalent,
-) -> list[tuple[str, float, list[Trace]]]:
+) -> list[tuple[str, float, list[V]]]:
     """Group traces whose answers are equivalent; returns ``(answer, total weight, members)``, best first.
 
     Traces without an answer are left out. Ties go to the cluster seen first.
@@ -34,7 +47,7 @@ def cluster_answers(
         >>> [(a, w) for a, w, _ in cluster_answers(ts)]
         [('1/2', 2.0), ('3', 1.0)]
     """
-    clusters: list[tuple[str, list[float], list[Trace]]] = []
+    clusters: list[tuple[str, list[float], list[V]]] = []
     exact: dict[str, int] = {}
     for trace in traces:
         answer = trace.answer
@@ -57,7 +70,7 @@ def cluster_answers(
     return [(clusters[i][0], clusters[i][1][0], clusters[i][2]) for i in order]
 
 
-def vote_summary(traces: Sequence[Trace], weight: Callable[[Trace], float] | None = None,
+def vote_summary(traces: Sequence[V], weight: Callable[[V], float] | None = None,
                  same: Equivalence = equivalent) -> tuple[str, str | None, dict[str, Any]]:
     """The (weighted) majority vote over ``traces``: the text of the first member giving the winning answer, that
     answer (``None`` when no member has one) and the vote's metadata (``counts``: ``[answer, votes, members]`` per

@@ -205,7 +205,7 @@ def _run_records(run_id: str, item: int, row: Mapping[str, Any], inputs: dict[st
     bound = kind.bind(row)
     outputs = [output_row(run_id, "outputs", i, value, bound.extract) for i, value in enumerate(row["outputs"])]
     voters = [_Voter(o[0], o[_TEXT], o[_ANSWER]) for o in outputs]
-    text, answer, metadata = vote_summary(voters, None, bound.same)  # type: ignore[arg-type]  # id, text, answer
+    text, answer, metadata = vote_summary(voters, None, bound.same)
     voted = Trace(id=f"{run_id}/vote#0", run_id=run_id, node="vote", index=0, kind=TraceKind.RULE, text=text,
                   answer=answer, inputs=tuple(v.id for v in voters), started_at=time.time(), metadata=metadata)
     yield ("calls", outputs)
@@ -225,7 +225,7 @@ def _run_records(run_id: str, item: int, row: Mapping[str, Any], inputs: dict[st
 
 
 class _Voter(NamedTuple):
-    """What a vote reads of an output (:func:`~scaffold._clusters.vote_summary`)."""
+    """What a vote reads of an output (a :class:`~scaffold._clusters.Voter`)."""
 
     id: str
     text: str
@@ -250,7 +250,7 @@ def output_row(run_id: str, node: str, index: int, value: Mapping[str, Any], ext
         text, str(answer) if answer is not None else extract(text), None, codec.pack_floats(value.get("logprobs")),
         value.get("prompt_tokens", 0), value.get("completion_tokens", 0), float(cost) if cost is not None else None,
         0.0, 0.0, 1, "ok", None, str(finish_reason) if finish_reason is not None else None,
-        codec.json_text(metadata) if metadata else "{}",
+        codec.json_text(metadata),
     )
 
 

@@ -91,25 +91,12 @@ class Columns:
                 v = row[i]
                 if v is not None and not json_text_is_clean(v):
                     return False
-        for i, limit in self._limited:
-            v = row[i]
-            if v is not None and len(v) > limit:
-                return False
         if self.no_nul and "\x00" in joined:
             for i in self._texts:
                 v = row[i]
                 if v is not None and "\x00" in v:
                     return False
-        for i, low, high in self._ints:
-            v = row[i]
-            if v is not None and not low <= v <= high:
-                return False
-        isfinite = math.isfinite
-        for i in self._floats:
-            v = row[i]
-            if v is not None and not isfinite(v):
-                return False
-        return True
+        return self._sizes_fit(row)
 
     def fits_all(self, rows: Sequence[tuple[Any, ...]]) -> bool:
         """True when every row of ``rows`` :meth:`fits`: the texts of all of them checked as one (the lineage of an
@@ -121,20 +108,23 @@ class Columns:
             return all(self.fits_each(row) for row in rows)
         if not joined.isascii() or not json_text_is_clean(joined) or (self.no_nul and "\x00" in joined):
             return all(self.fits(row) for row in rows)
-        limited, ints, floats, isfinite = self._limited, self._ints, self._floats, math.isfinite
-        for row in rows:
-            for i, limit in limited:
-                v = row[i]
-                if v is not None and len(v) > limit:
-                    return False
-            for i, low, high in ints:
-                v = row[i]
-                if v is not None and not low <= v <= high:
-                    return False
-            for i in floats:
-                v = row[i]
-                if v is not None and not isfinite(v):
-                    return False
+        return all(self._sizes_fit(row) for row in rows)
+
+    def _sizes_fit(self, row: tuple[Any, ...]) -> bool:
+        """Whether ``row``'s limited texts, integers and floats fit (its texts' characters are checked apart)."""
+        for i, limit in self._limited:
+            v = row[i]
+            if v is not None and len(v) > limit:
+                return False
+        for i, low, high in self._ints:
+            v = row[i]
+            if v is not None and not low <= v <= high:
+                return False
+        isfinite = math.isfinite
+        for i in self._floats:
+            v = row[i]
+            if v is not None and not isfinite(v):
+                return False
         return True
 
     def fits_each(self, row: tuple[Any, ...]) -> bool:

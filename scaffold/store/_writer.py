@@ -624,16 +624,13 @@ def _record_name(record: tuple[Any, ...]) -> str:
     kind = record[0]
     if kind == "trace":
         return f"trace {record[1].id!r}"
-    if kind == "call":
+    if kind == "call":  # groups ("calls", "rewards") are written one member at a time before they are named
         return f"trace {record[1][0]!r}"
-    if kind == "calls":
-        return f"the traces {record[1][0][0]!r}..."
     if kind == "dataset":
         return f"dataset {record[1]['name']!r}"
     if kind == "item":
         return f"row {record[1]['position']} of dataset {record[1]['dataset']!r}"
-    names = {"run": "the run's row", "end": "the run's end", "reward": "a reward", "rewards": "a reward"}
-    return names.get(kind, f"a {kind!r} record")
+    return {"run": "the run's row", "end": "the run's end", "reward": "a reward"}.get(kind, f"a {kind!r} record")
 
 
 def _repaired_call(trace: Trace, key: str | None, backend: str | None) -> tuple[tuple[Any, ...], list[str]]:
