@@ -124,6 +124,28 @@ def test_choice_reads_final_statements_echoes_and_listed_options(text: str, lett
     assert ChoiceAnswer().extract(text) == letter
 
 
+@pytest.mark.parametrize(("text", "letter"), [
+    ("So the right pick here is B.", "B"),  # no cue the rules know: the one letter of the last sentence
+    ("I'm going with C.", "C"),
+    ("Among the options, C is the only one that fits.", "C"),
+    ("Respuesta: B", "B"),
+    ("Ответ: B", "B"),
+    ("After weighing them all.\n\n=> D", "D"),
+    ("The most likely diagnosis is B) pneumonia.", "B"),
+    ("I cannot determine the answer from the information given.", None),  # "I" is a pronoun
+    ("A careful reading settles it.", None),  # "A" is an article
+    ("I believe the answer is likely B, though A is possible.", None),  # two letters: no single choice
+    ("Whatever the rest, definitely not B.", None),  # a denial
+    ("Let me look at each option in turn. Option B says that the", None),  # cut off mid-sentence
+    ("The other options: A: long - not typical. B: wide - not typical. C", None),  # a line weighing options
+    ("So B is ruled out.\n\nC: possible, but unproven.\n\nD: We don't have enough information to say.", None),
+    ("The U.S. and the E.U. differ.", None),  # abbreviations are no letters
+])
+def test_choice_reads_one_letter_in_a_last_sentence_when_nothing_else_states_a_choice(text: str,
+                                                                                     letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
 def test_choice_passes_over_closing_courtesies() -> None:
     kind = ChoiceAnswer(choices=("Paris", "London", "Berlin", "Madrid"))
     text = "(C) Berlin\n\nBerlin is the capital of Germany.\n\nI hope this helps! Let me know if you need more.</s>"

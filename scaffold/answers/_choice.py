@@ -7,7 +7,11 @@ A text states a choice in three ways, strongest first:
 - **a cue**: "the answer is (B)", "Answer: C", "the correct option is **(A)**", "I'll go with D", "Option C is
   correct", "答案是 B", "故选C"; when the options are known, a cue followed by an option's text ("the answer is
   54") counts too;
-- **a line that is only a choice**: ``**(C)**`` alone on a line.
+- **a line that is only a choice**: ``**(C)**`` alone on a line;
+- **a last sentence naming one option**, when nothing above states a choice: "So the right pick here is B.",
+  "Respuesta: B", "Among the options, C is the only one that fits." (a sentence that denies, names two letters,
+  weighs options one per line or is cut off mid-sentence states nothing; "A" as an article and "I" as a pronoun
+  are no letters).
 
 Markdown and LaTeX wrappers (``**``, ``$``, ``\text{}``, ``\textbf{}``, ``\mathrm{}``) are read through. The
 choice is the last boxed choice or cue in the text (a text that reconsiders ends with its final choice), else its
@@ -160,6 +164,17 @@ _OPTION_LINE = re.compile(r"^[ \t]*[\(\[]?([A-J])[ \t]*[\)\].:：、．][ \t]*(\
 """A line listing an option ("B: 2 mol", "(C) green"), for a text that lists its own options."""
 _SENTENCE_BREAK = re.compile(r"[.!?。]\s+(?=\S)")
 """Where a sentence ends and the next starts (scanned for its first character, which is fast)."""
+_STANDALONE = re.compile(r"(?<![\w'’\-/.])([\(\[]?)([A-J])([\)\]]?)(?![\w'’\-/]|\.\w)")
+"""A capital letter standing alone ("B", "(B)", "B."), not part of a word, a name ("B's"), a range ("A-1") or an
+abbreviation ("U.S.")."""
+_NOT_A_LETTER = re.compile(_NOT_ARTICLE.pattern + r"|I\s+(?!is\b|was\b)[a-z]")
+"""An unbracketed "A" or "I" that is an article or a pronoun ("A bit", "I cannot")."""
+_CLOSED = re.compile(r"(?:[.!?。)\]*\"”'’]|(?<![\w'’\-/.])[A-J])\s*$")
+"""How a final sentence ends when it was not cut off: a full stop or a closing mark, or the letter itself."""
+_LISTING = re.compile(r"(?<![\w'’\-/.])[A-J]\s*[:：.．]\s+\S")
+"""An option weighed in a line ("D: We don't have enough information", "C. Lipids"): such a line states no choice."""
+_FINAL_WORDS = 30
+"""Words of the longest last sentence read for a lone letter (a longer one is reasoning, not a statement)."""
 _LINE = re.compile(r"^\s*(?:answer\s*[:：]?\s*)?[\(\[]?\s*([A-J])\s*[\)\]]?\s*[.。]?\s*$", re.IGNORECASE)
 
 
@@ -239,7 +254,7 @@ class ChoiceAnswer(AnswerKind):
         while len(lines) > 1 and _PLEASANTRY.match(lines[-1]):
             lines.pop()
         return (self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines) or self._leading(clean)
-                or self._only_bracketed(clean) or self._judged_option(lines))
+                or self._only_bracketed(clean) or self._judged_option(lines) or self._final_letter(lines))
 
     def key(self, answer: str) -> str | None:
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
@@ -379,6 +394,26 @@ class ChoiceAnswer(AnswerKind):
             if m is not None:
                 right.add(m.group(1))
         return right.pop() if len(right) == 1 and next(iter(right)) in self.letters else None
+
+    def _final_letter(self, lines: list[str]) -> str | None:
+        """With nothing else stated: the one letter the text's last sentence names ("So the right pick here is B.",
+        "Respuesta: B"), unless that sentence denies, is long or cut off, or its line weighs options ("D: We don't
+        have enough information ...")."""
+        if not lines:
+            return None
+        line = lines[-1].strip()
+        sentence = _last_sentence(line).strip()
+        if len(sentence) > 300 or not _CLOSED.search(sentence) or len(sentence.split()) > _FINAL_WORDS:
+            return None
+        letters = set()
+        for m in _STANDALONE.finditer(sentence):
+            if not (m.group(1) or m.group(3)) and _NOT_A_LETTER.match(sentence, m.start(2)):
+                continue  # "A" as an article, "I" as a pronoun
+            letters.add(m.group(2))
+        if len(letters) != 1 or _LISTING.search(line) or _denies(sentence):
+            return None
+        letter = letters.pop()
+        return letter if letter in self.letters else None
 
     def _leading(self, clean: str) -> str | None:
         """The choice a text opens with, when it states none later: "c (retinal photocoagulation)"."""
