@@ -66,7 +66,10 @@ def held_out(row: dict[str, Any]) -> bool:
 
 
 def kind_of(row: dict[str, Any]) -> ChoiceAnswer:
-    return ChoiceAnswer(choices=tuple(row["choices"])) if row.get("choices") else ChoiceAnswer()
+    """The kind a user of the row's source would set: its options when the row gives them, and ``numbered`` where
+    the source's prompt numbered the options 1, 2, ... (a row's ``numbered``)."""
+    choices = tuple(row["choices"]) if row.get("choices") else None
+    return ChoiceAnswer(choices=choices, numbered=bool(row.get("numbered")))
 
 
 def accuracy(rows: list[dict[str, Any]], read: Any) -> float:

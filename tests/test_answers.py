@@ -51,7 +51,9 @@ def held_out(row: dict) -> bool:
 
 
 def choice_of(row: dict) -> ChoiceAnswer:
-    return ChoiceAnswer(choices=tuple(row["choices"])) if row.get("choices") else ChoiceAnswer()
+    """The kind for a corpus row: its options if given, numbered where its source numbered them."""
+    choices = tuple(row["choices"]) if row.get("choices") else None
+    return ChoiceAnswer(choices=choices, numbered=bool(row.get("numbered")))
 
 
 def test_the_corpus_is_large_labelled_and_mostly_real() -> None:
@@ -144,6 +146,40 @@ def test_choice_reads_final_statements_echoes_and_listed_options(text: str, lett
 def test_choice_reads_one_letter_in_a_last_sentence_when_nothing_else_states_a_choice(text: str,
                                                                                      letter: str | None) -> None:
     assert ChoiceAnswer().extract(text) == letter
+
+
+@pytest.mark.parametrize(("text", "letter"), [
+    ("First Choice: B\nSecond Choice: D\nThird Choice: C", "B"),  # a ranked answer: its first choice
+    ("My first choice was A. But the answer is C.", "C"),  # ... only when a second choice follows
+    ("<think>\n\n</think>\n\nd: Staphylococcus aureus", "D"),  # the answer opens the part after the reasoning
+    ("因此，正确答案是：\n\nC．强化了世俗观念", "C"),  # a wide full stop after the letter
+    ("Thus, option I precisely matches the phrasing.", "I"),  # "I" after "option" is a letter
+    ("a alternativa D. não é correta. Resposta: E.", "E"),  # a letter with a stop in a sentence weighs nothing
+    ("최종 정답 : 3번", "C"),  # a Korean option number
+    ("4번", "D"),
+    ("3번째 선택지는 틀렸다.", None),  # "the third": no option number
+    ("정답: ③", "C"),  # a circled option number
+    ("4번: 적절하다.\n5번: 적절하지 않다.\n\n최종 정답: 없음", None),  # "final answer: none"
+])
+def test_choice_reads_ranked_answers_reasoning_models_and_korean_option_numbers(text: str,
+                                                                               letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
+def test_numbered_options_read_a_stated_number_as_its_letter() -> None:
+    """With the options numbered 1, 2, ... (``numbered=True``), a number stated as the answer is its option's
+    letter; without it a bare number is no choice, and a number beyond the options stays none."""
+    numbered = ChoiceAnswer(numbered=True)
+    for text, letter in [("Answer: 3", "C"), ('{"answer": 2, "why": "..."}', "B"), ("so \\boxed{4}", "D"),
+                         ("It must be this one.\n\n1", "A"), ("정답: 3", "C"), ("The answer is 12.", None)]:
+        assert numbered.extract(text) == letter, text
+        assert ChoiceAnswer().extract(text) is None, text
+    assert ChoiceAnswer(choices=("x", "y"), numbered=True).extract("Answer: 3") is None  # two options only
+    assert numbered.key("3") == "C" and numbered.correct("Answer: 2", "B")
+    bound = numbered.bind({"choices": ["x", "y", "z"]})
+    assert bound.numbered and bound.letters == "ABC"
+    assert numbered.describe()["numbered"] is True and "numbered" not in ChoiceAnswer().describe()
+    assert sf.answers.answer_kind("choice", numbered=True) == numbered
 
 
 def test_choice_passes_over_closing_courtesies() -> None:

@@ -150,8 +150,8 @@ _NONE_AFTER = re.compile(
     r"|\s+(?:cannot|can't|can\s+not)\s+be\s+(?:determined|decided|known)", re.IGNORECASE)
 """After "answer": a statement that no option is the answer ("the answer is none of the above")."""
 _NONE_CJK = re.compile(r"以上(?:选项)?(?:都|均)(?:不|错)|都不(?:对|正确)|无法(?:确定|判断|选择)"
-                       r"|(?:题目|选项)(?:可能)?有误")
-"""A Chinese statement that no option is the answer ("以上选项都不对", "题目可能有误")."""
+                       r"|(?:题目|选项)(?:可能)?有误|(?:정답|답)\s*(?:은|는)?\s*[:：]?\s*없")
+"""A Chinese or Korean statement that no option is the answer ("以上选项都不对", "题目可能有误", "정답: 없음")."""
 _LISTED = re.compile(r"(?<![A-Za-z])(?:\(([A-J])\)|([A-J])(?=[).,;:]|\s+(?:and|or|&)\b|\s*$))")
 """The letters a final statement lists ("B and D", "(A) fever (C) cough"): more than one is no single choice."""
 _JA_RIGHT = re.compile(r"(?<![A-Za-z])([A-Ja-j])\s*[:：.．)]\s*[^。\n\]]{0,40}\]?\s*(?:が|は)\s*"
@@ -173,8 +173,11 @@ _NOT_A_LETTER = re.compile(_NOT_ARTICLE.pattern + r"|I\s+(?!is\b|was\b)[a-z]")
 """An unbracketed "A" or "I" that is an article or a pronoun ("A bit", "I cannot")."""
 _CLOSED = re.compile(r"(?:[.!?。)\]*\"”'’]|(?<![\w'’\-/.])[A-J])\s*$")
 """How a final sentence ends when it was not cut off: a full stop or a closing mark, or the letter itself."""
-_LISTING = re.compile(r"(?<![\w'’\-/.])[A-J]\s*[:：.．]\s+\S")
-"""An option weighed in a line ("D: We don't have enough information", "C. Lipids"): such a line states no choice."""
+_LISTING = re.compile(r"(?<![\w'’\-/.])[A-J]\s*[:：]\s+\S|^[\(\[]?[A-J][.．)\]]\s+\S")
+"""An option weighed in a line ("D: We don't have enough information", "C. Lipids" opening it): such a line states
+no choice ("a alternativa C. é a correta" does not weigh one)."""
+_OPTION_WORD = re.compile(r"(?:option|choice|letter|answer|alternativ[ea]|opci[oó]n|op[cç][aã]o)\s*$", re.IGNORECASE)
+"""A word that names a letter after it as an option ("option I")."""
 _FINAL_WORDS = 30
 """Words of the longest last sentence read for a lone letter (a longer one is reasoning, not a statement)."""
 _LINE = re.compile(r"^\s*(?:answer\s*[:：]?\s*)?[\(\[]?\s*([A-J])\s*[\)\]]?\s*[.。]?\s*$", re.IGNORECASE)
@@ -203,6 +206,7 @@ class ChoiceAnswer(AnswerKind):
 
     choices: tuple[str, ...] | None = None
     letters: str = LETTERS
+    numbered: bool = False
     _options: Mapping[str, str] = field(init=False, repr=False, compare=False, hash=False)
     _words: Mapping[str, str] = field(init=False, repr=False, compare=False, hash=False)
 
@@ -228,10 +232,10 @@ class ChoiceAnswer(AnswerKind):
         given = inputs.get("choices")
         if self.choices is not None or not isinstance(given, Sequence) or isinstance(given, str) or not given:
             return self
-        return ChoiceAnswer(choices=tuple(str(c) for c in given))
+        return ChoiceAnswer(choices=tuple(str(c) for c in given), numbered=self.numbered)
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.name, "letters": self.letters}
+        return {"kind": self.name, "letters": self.letters, **({"numbered": True} if self.numbered else {})}
 
     def extract(self, text: str) -> str | None:
         found = self._read(text)
@@ -242,6 +246,10 @@ class ChoiceAnswer(AnswerKind):
 
     def _read(self, text: str) -> str | None:
         """The choice a text states; ``""`` when its final statement names no single option."""
+        if not text.isascii() or self.numbered:
+            text = _numbers_as_letters(text, self.letters, self.numbered)
+        if "hoice" in text and (ranked := _RANKED.search(text)) is not None:  # "First Choice: B / Second Choice: D"
+            return ranked.group(1).upper() if ranked.group(1).upper() in self.letters else ""
         for window in WINDOWS:  # the end first: a choice stated there is the last one stated
             if window < len(text):
                 found = self._stated(text[-window:])
@@ -255,8 +263,9 @@ class ChoiceAnswer(AnswerKind):
         lines = [line for line in clean.splitlines() if line.strip()]
         while len(lines) > 1 and _PLEASANTRY.match(lines[-1]):
             lines.pop()
-        return (self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines) or self._leading(clean)
-                or self._only_bracketed(clean) or self._judged_option(lines) or self._final_letter(lines))
+        return (self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines)
+                or self._leading(_after_thinking(clean)) or self._only_bracketed(clean) or self._judged_option(lines)
+                or self._final_letter(lines))
 
     def key(self, answer: str) -> str | None:
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
@@ -409,8 +418,9 @@ class ChoiceAnswer(AnswerKind):
             return None
         letters = set()
         for m in _STANDALONE.finditer(sentence):
-            if not (m.group(1) or m.group(3)) and _NOT_A_LETTER.match(sentence, m.start(2)):
-                continue  # "A" as an article, "I" as a pronoun
+            if (not (m.group(1) or m.group(3)) and _NOT_A_LETTER.match(sentence, m.start(2))
+                    and not _OPTION_WORD.search(sentence, max(0, m.start(2) - 16), m.start(2))):
+                continue  # "A" as an article, "I" as a pronoun (but "option I precisely matches")
             letters.add(m.group(2))
         if len(letters) != 1 or _LISTING.search(line) or _denies(sentence):
             return None
@@ -567,10 +577,50 @@ _LONGEST_CHOICE = 2000
 text)."""
 _WRAPPER_DEPTH = 8
 """Wrappers nested deeper than this (``\\text{\\text{...}}``) are left as they are: unwrapping costs a pass each."""
-_WIDE = str.maketrans("（）：［］【】「」『』｢｣", "():[][][][][]")
+_WIDE = str.maketrans("（）：［］【】「」『』｢｣．", "():[][][][][].")
 _ESCAPED_NEWLINE = re.compile(r"\\n(?![a-z])")
 """An escaped newline left in a text, not the start of a LaTeX command (``\\neq``, ``\\nabla``)."""
-_WIDE_CHARS = re.compile("[（）：［］【】「」『』｢｣]")
+_WIDE_CHARS = re.compile("[（）：［］【】「」『』｢｣．]")
+
+
+_RANKED = re.compile(r"\b(?:first|1st)\s+choice\s*[:：]\s*[\(\[]?([A-J])\b"
+                     r"(?=.{0,80}?\b(?:second|2nd)\s+choice\s*[:：])", re.IGNORECASE | re.DOTALL)
+"""A ranked answer, its first choice followed by its second ("First Choice: B\nSecond Choice: D"): the first is
+the answer."""
+_CIRCLED = "①②③④⑤⑥⑦⑧⑨⑩"
+"""Circled numbers, as Korean and Japanese exams number their options: each is its option's letter."""
+_CIRCLED_CHARS = re.compile(f"[{_CIRCLED}]")
+_NUMBER_WORD = re.compile(r"(?<![\d.,])(10|[1-9])\s*번(?!째)")
+"""A Korean option number ("3번", option 3; not "3번째", the third)."""
+_ONLY_NUMBER = re.compile(r"^([ \t]*[\(\[]?)(10|[1-9])(?=[\)\]]?[ \t]*[.。]?[ \t]*$)", re.MULTILINE)
+_NUMBER_AFTER = re.compile(
+    r"((?:answer|정답|답|答案|答|回答|resposta|respuesta|réponse|antwort|ответ)[\"'”’\]】]?"
+    r"\s*(?:[:：=]|\s+is\b|은|는|是|为)?\s*[\"'“]?\s*[\(\[]?\s*)(10|[1-9])(?![\d.,]?\d)", re.IGNORECASE)
+_BOXED_NUMBER = re.compile(r"(\\boxed\s*\{\s*)(10|[1-9])(?=\s*\})")
+
+
+def _after_thinking(text: str) -> str:
+    """What a reasoning model wrote after its reasoning (after the last ``</think>``), or the whole text."""
+    at = text.rfind("</think>")
+    return text if at < 0 else text[at + len("</think>"):]
+
+
+def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
+    """A text with its option numbers written as letters: circled numbers (①) and Korean option numbers ("3번")
+    always; with ``numbered`` (the options were numbered 1, 2, ...), also a number a line holds alone, one after
+    an answer marker ("Answer: 3", ``"answer": 3``, "정답: 3") and a boxed one. A number beyond the options stays."""
+    def letter(number: str) -> str | None:
+        return letters[int(number) - 1] if int(number) <= len(letters) else None
+
+    if not text.isascii():
+        if _CIRCLED_CHARS.search(text):
+            text = _CIRCLED_CHARS.sub(lambda m: f"({letter(str(_CIRCLED.index(m.group()) + 1)) or m.group()})", text)
+        if "번" in text:
+            text = _NUMBER_WORD.sub(lambda m: letter(m.group(1)) or m.group(), text)
+    if numbered:
+        for pattern in (_ONLY_NUMBER, _NUMBER_AFTER, _BOXED_NUMBER):
+            text = pattern.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
+    return text
 
 
 def _boxes(marked: str) -> list[tuple[int, str]]:
