@@ -18,6 +18,10 @@ choice is the last boxed choice or cue in the text (a text that reconsiders ends
 last choice-only line; a boxed value that is no choice (an intermediate result) is passed over. "The answer is
 not (A)" states nothing.
 
+A ranked answer ("First Choice: B / Second Choice: D") chooses its first. Circled numbers (``③``) and Korean
+option numbers ("3번") are their options' letters, and with ``numbered=True`` (the prompt numbered its options 1,
+2, ...) so is a number stated as the answer ("Answer: 3", ``"answer": 3``, ``\boxed{3}``).
+
 A final statement that names no single option wins over earlier choices: "Answer: B and D", "the answer is none
 of the above", "【答案】: 题目可能有误" read as ``None``. A cue inside an echoed instruction ("reply as Answer: X,
 e.g. Answer: A") is no choice, closing courtesies ("I hope this helps!") are passed over, and a text that lists
@@ -189,8 +193,10 @@ class ChoiceAnswer(AnswerKind):
 
     ``choices`` are the option texts in order (``None``: not known; :meth:`bind` takes them from a run's
     ``choices`` input); with them, a stated option text counts as its letter and only their letters count.
-    ``letters`` are the letters allowed without options (A to J). Answers compare by letter; a reference may
-    be a letter or an option's text.
+    ``letters`` are the letters allowed without options (A to J). ``numbered``: the prompt numbered the options
+    1, 2, ... (as Korean exams do), so a number stated as the answer is its option's letter (without it a bare
+    number is no choice: it may be an option's value). Answers compare by letter; a reference may be a letter,
+    an option's text or, ``numbered``, an option's number.
 
     Examples:
         >>> from scaffold.answers import ChoiceAnswer
