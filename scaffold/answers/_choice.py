@@ -203,7 +203,7 @@ class ChoiceAnswer(AnswerKind):
         >>> kind = ChoiceAnswer()
         >>> kind.extract(r"The ratio is \boxed{0.36}, so the correct option is **(B)**.")
         'B'
-        >>> kind.extract(r"\boxed{\text{(B) } \sim 0.36}"), kind.extract("Answer: C"), kind.extract("I think it's A.")
+        >>> kind.extract(r"\boxed{\text{(B) } \sim 0.36}"), kind.extract("Answer: C"), kind.extract("The answer is not (A).")
         ('B', 'C', None)
         >>> mc = ChoiceAnswer(choices=("54", "0.36", "7"))
         >>> mc.extract(r"So \boxed{0.36}."), mc.correct("B", "0.36"), mc.extract("Answer: (D)")
