@@ -170,16 +170,18 @@ _SENTENCE_BREAK = re.compile(r"[.!?。]\s+(?=\S)")
 """Where a sentence ends and the next starts."""
 _LAST_BREAK = re.compile(r".*" + _SENTENCE_BREAK.pattern, re.DOTALL)
 """A line up to its last sentence end (:data:`_SENTENCE_BREAK`)."""
-_STANDALONE = re.compile(r"(?<![\w'’\-/.])([\(\[]?)([A-J])([\)\]]?)(?![\w'’\-/]|\.\w)")
+_STANDALONE = re.compile(r"[A-J](?<![\w'’\-/.][A-J])(?![\w'’\-/]|\.\w)")
 """A capital letter standing alone ("B", "(B)", "B."), not part of a word, a name ("B's"), a range ("A-1") or an
-abbreviation ("U.S.")."""
+abbreviation ("U.S."). (The letter comes first, its left side is checked after it: a regex that opens with a
+character class is scanned for fast.)"""
 _NOT_A_LETTER = re.compile(_NOT_ARTICLE.pattern + r"|I\s+(?!is\b|was\b)[a-z]")
 """An unbracketed "A" or "I" that is an article or a pronoun ("A bit", "I cannot")."""
-_CLOSED = re.compile(r"(?:[.!?。)\]*\"”'’]|(?<![\w'’\-/.])[A-J])\s*$")
-"""How a final sentence ends when it was not cut off: a full stop or a closing mark, or the letter itself."""
-_LISTING = re.compile(r"(?<![\w'’\-/.])[A-J]\s*[:：]\s+\S|^[\(\[]?[A-J][.．)\]]\s+\S")
-"""An option weighed in a line ("D: We don't have enough information", "C. Lipids" opening it): such a line states
-no choice ("a alternativa C. é a correta" does not weigh one)."""
+_CLOSING = frozenset(".!?。)]*\"”'’")
+"""How a final sentence ends when it was not cut off: a full stop or a closing mark (or the letter itself)."""
+_LISTING = re.compile(r"[A-J](?<![\w'’\-/.][A-J])\s*[:：]\s+\S")
+_LISTING_OPEN = re.compile(r"[\(\[]?[A-J][.．)\]]\s+\S")
+"""An option weighed in a line ("D: We don't have enough information", or "C. Lipids" opening it:
+:data:`_LISTING_OPEN`): such a line states no choice ("a alternativa C. é a correta" does not weigh one)."""
 _OPTION_WORD = re.compile(r"(?:option|choice|letter|answer|alternativ[ea]|opci[oó]n|op[cç][aã]o)\s*$", re.IGNORECASE)
 """A word that names a letter after it as an option ("option I")."""
 _FINAL_WORDS = 30
@@ -203,7 +205,7 @@ class ChoiceAnswer(AnswerKind):
         >>> kind = ChoiceAnswer()
         >>> kind.extract(r"The ratio is \boxed{0.36}, so the correct option is **(B)**.")
         'B'
-        >>> kind.extract(r"\boxed{\text{(B) } \sim 0.36}"), kind.extract("Answer: C"), kind.extract("The answer is not (A).")
+        >>> kind.extract(r"\boxed{\text{(B) } \sim 0.36}"), kind.extract("Answer: C"), kind.extract("Not (A).")
         ('B', 'C', None)
         >>> mc = ChoiceAnswer(choices=("54", "0.36", "7"))
         >>> mc.extract(r"So \boxed{0.36}."), mc.correct("B", "0.36"), mc.extract("Answer: (D)")
@@ -254,7 +256,7 @@ class ChoiceAnswer(AnswerKind):
         """The choice a text states; ``""`` when its final statement names no single option."""
         if not text.isascii() or self.numbered:
             text = _numbers_as_letters(text, self.letters, self.numbered)
-        if "hoice" in text and (ranked := _RANKED.search(text)) is not None:  # "First Choice: B / Second Choice: D"
+        if "irst" in text and "econd" in text and (ranked := _RANKED.search(text)) is not None:  # "First Choice: B"
             return ranked.group(1).upper() if ranked.group(1).upper() in self.letters else ""
         for window in WINDOWS:  # the end first: a choice stated there is the last one stated
             if window < len(text):
@@ -295,9 +297,10 @@ class ChoiceAnswer(AnswerKind):
                 found(start, self._as_choice(content))
         low = clean.lower()
         wide = not low.isascii()  # a text with no other script skips the checks for Chinese and Japanese forms
-        examples = _contains(low, _EXAMPLE_WORDS[wide])
+        examples = _EXAMPLE_WORDS[wide]
         for m in reversed(_cues(clean, low)):  # the last cue stating a choice is the one that counts
-            if not (examples and _EXAMPLE.search(clean, max(0, m.start() - 60), m.start())):
+            before = max(0, m.start() - 60)  # an echoed example's words come just before its cue
+            if not (_contains(low[before: m.start()], examples) and _EXAMPLE.search(clean, before, m.start())):
                 letter = self._after_cue(clean, m.end())
                 if letter is not None:
                     found(m.start(), letter)
@@ -320,11 +323,13 @@ class ChoiceAnswer(AnswerKind):
         "(D) is the correct answer"; where none was stated and none is said so, an option named with its text and
         said to be right (weaker than a cue)."""
         out: list[tuple[int, str | None]] = []
-        if _contains(clean, _FIRST_WORDS, after or 0):  # only a later statement can change the choice
+        worded = _contains(clean, _FIRST_WORDS, after or 0)
+        if worded:  # only a later statement can change the choice
             for m in _FIRST.finditer(clean, after or 0):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
                     out.append((m.start(), m.group(1)))
-        if after is None and not out and (_contains(clean, _FIRST_WORDS[1:]) or _NAMED_RIGHT_HINT.search(clean)):
+        if after is None and not out and ((worded and _contains(clean, _FIRST_WORDS[1:]))
+                                          or _NAMED_RIGHT_HINT.search(clean)):
             for m in _NAMED_RIGHT.finditer(clean):
                 letter = m.group(1) or m.group(2)
                 out.append((m.start(), letter if letter in self.letters else None))
@@ -420,15 +425,21 @@ class ChoiceAnswer(AnswerKind):
             return None
         line = lines[-1].strip()
         sentence = _last_sentence(line).strip()
-        if len(sentence) > 300 or not _CLOSED.search(sentence) or len(sentence.split()) > _FINAL_WORDS:
+        if not sentence or len(sentence) > 300 or (sentence.count(" ") >= _FINAL_WORDS - 1
+                                                   and len(sentence.split()) > _FINAL_WORDS):
             return None
+        end = len(sentence) - 1
+        if sentence[end] not in _CLOSING and not (sentence[end] in LETTERS and not _after_word(sentence, end)):
+            return None  # cut off mid-sentence
         letters = set()
         for m in _STANDALONE.finditer(sentence):
-            if (not (m.group(1) or m.group(3)) and _NOT_A_LETTER.match(sentence, m.start(2))
-                    and not _OPTION_WORD.search(sentence, max(0, m.start(2) - 16), m.start(2))):
+            at = m.start()
+            bracketed = (at and sentence[at - 1] in "([") or sentence[at + 1: at + 2] in (")", "]")
+            if (not bracketed and _NOT_A_LETTER.match(sentence, at)
+                    and not _OPTION_WORD.search(sentence, max(0, at - 16), at)):
                 continue  # "A" as an article, "I" as a pronoun (but "option I precisely matches")
-            letters.add(m.group(2))
-        if len(letters) != 1 or _LISTING.search(line) or _denies(sentence):
+            letters.add(m.group())
+        if len(letters) != 1 or _LISTING.search(line) or _LISTING_OPEN.match(line) or _denies(sentence):
             return None
         letter = letters.pop()
         return letter if letter in self.letters else None
@@ -583,26 +594,35 @@ _LONGEST_CHOICE = 2000
 text)."""
 _WRAPPER_DEPTH = 8
 """Wrappers nested deeper than this (``\\text{\\text{...}}``) are left as they are: unwrapping costs a pass each."""
-_WIDE = str.maketrans("（）：［］【】「」『』｢｣．", "():[][][][][].")
-_ESCAPED_NEWLINE = re.compile(r"\\n(?![a-z])")
-"""An escaped newline left in a text, not the start of a LaTeX command (``\\neq``, ``\\nabla``)."""
-_WIDE_CHARS = re.compile("[（）：［］【】「」『』｢｣．]")
-
-
-_RANKED = re.compile(r"\b(?:first|1st)\s+choice\s*[:：]\s*[\(\[]?([A-J])\b"
-                     r"(?=.{0,80}?\b(?:second|2nd)\s+choice\s*[:：])", re.IGNORECASE | re.DOTALL)
-"""A ranked answer, its first choice followed by its second ("First Choice: B\nSecond Choice: D"): the first is
-the answer."""
 _CIRCLED = "①②③④⑤⑥⑦⑧⑨⑩"
 """Circled numbers, as Korean and Japanese exams number their options: each is its option's letter."""
-_CIRCLED_CHARS = re.compile(f"[{_CIRCLED}]")
-_NUMBER_WORD = re.compile(r"(?<![\d.,])(10|[1-9])\s*번(?!째)")
-"""A Korean option number ("3번", option 3; not "3번째", the third)."""
+_WIDE = {**str.maketrans("（）：［］【】「」『』｢｣．", "():[][][][][]."),
+         **{ord(number): f"({LETTERS[i]})" for i, number in enumerate(_CIRCLED)}}
+_ESCAPED_NEWLINE = re.compile(r"\\n(?![a-z])")
+"""An escaped newline left in a text, not the start of a LaTeX command (``\\neq``, ``\\nabla``)."""
+_WIDE_CHARS = re.compile(f"[（）：［］【】「」『』｢｣．{_CIRCLED}]")
+
+
+_RANKED = re.compile(r"\bfirst\s+choice\s*[:：]\s*[\(\[]?([A-J])\b(?=.{0,80}?\bsecond\s+choice\s*[:：])",
+                     re.IGNORECASE | re.DOTALL)
+"""A ranked answer, its first choice followed by its second ("First Choice: B\nSecond Choice: D"): the first is
+the answer."""
+_NUMBER_WORD = re.compile(r"(\d+)\s*번(?!째)")
+"""A Korean option number ("3번", option 3; not "3번째", the third): a number of 1 to 10 not after a dot or a comma
+(checked where it matches: a regex that opens with a digit is scanned for fast)."""
 _ONLY_NUMBER = re.compile(r"^([ \t]*[\(\[]?)(10|[1-9])(?=[\)\]]?[ \t]*[.。]?[ \t]*$)", re.MULTILINE)
 _NUMBER_AFTER = re.compile(
     r"((?:answer|정답|답|答案|答|回答|resposta|respuesta|réponse|antwort|ответ)[\"'”’\]】]?"
     r"\s*(?:[:：=]|\s+is\b|은|는|是|为)?\s*[\"'“]?\s*[\(\[]?\s*)(10|[1-9])(?![\d.,]?\d)", re.IGNORECASE)
+_MARKER_WORDS = ("answer", "정답", "답", "答", "resposta", "respuesta", "réponse", "antwort", "ответ")
+"""Where :data:`_NUMBER_AFTER` can start (each of its words holds one of these; "答案" and "回答" hold "答")."""
 _BOXED_NUMBER = re.compile(r"(\\boxed\s*\{\s*)(10|[1-9])(?=\s*\})")
+
+
+def _after_word(text: str, at: int) -> bool:
+    """Whether ``text[at]`` follows a word's character, an apostrophe, a hyphen, a slash or a dot (so is no letter
+    standing alone)."""
+    return at > 0 and (text[at - 1].isalnum() or text[at - 1] in "_'’-/.")
 
 
 def _after_thinking(text: str) -> str:
@@ -616,17 +636,31 @@ def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
     always; with ``numbered`` (the options were numbered 1, 2, ...), also a number a line holds alone, one after
     an answer marker ("Answer: 3", ``"answer": 3``, "정답: 3") and a boxed one. A number beyond the options stays."""
     def letter(number: str) -> str | None:
-        return letters[int(number) - 1] if int(number) <= len(letters) else None
+        return letters[int(number) - 1] if 1 <= int(number) <= len(letters) else None
 
-    if not text.isascii():
-        if _CIRCLED_CHARS.search(text):
-            text = _CIRCLED_CHARS.sub(lambda m: f"({letter(str(_CIRCLED.index(m.group()) + 1)) or m.group()})", text)
-        if "번" in text:
-            text = _NUMBER_WORD.sub(lambda m: letter(m.group(1)) or m.group(), text)
-    if numbered:
-        for pattern in (_ONLY_NUMBER, _NUMBER_AFTER, _BOXED_NUMBER):
-            text = pattern.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
-    return text
+    if "번" in text:
+        text = _NUMBER_WORD.sub(lambda m: (m.start() and text[m.start() - 1] in ".,") and m.group()
+                                or (len(m.group(1)) <= 2 and letter(m.group(1))) or m.group(), text)
+    if not numbered:
+        return text
+    for pattern in (_ONLY_NUMBER, _BOXED_NUMBER) if "boxed" in text else (_ONLY_NUMBER,):
+        text = pattern.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case is longer: positions would not agree
+        return _NUMBER_AFTER.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
+    spots = []  # where a marker starts: the regex is tried only there (a substring search is far cheaper)
+    for word in _MARKER_WORDS:
+        at = low.find(word)
+        while at >= 0:
+            spots.append(at)
+            at = low.find(word, at + 1)
+    out, done = [], 0
+    for at in sorted(spots):
+        m = _NUMBER_AFTER.match(text, at) if at >= done else None
+        if m is not None:
+            out += [text[done: m.start(2)], letter(m.group(2)) or m.group(2)]
+            done = m.end(2)
+    return "".join(out) + text[done:]
 
 
 def _boxes(marked: str) -> list[tuple[int, str]]:
