@@ -596,7 +596,7 @@ _WRAPPER_DEPTH = 8
 """Wrappers nested deeper than this (``\\text{\\text{...}}``) are left as they are: unwrapping costs a pass each."""
 _CIRCLED = "①②③④⑤⑥⑦⑧⑨⑩"
 """Circled numbers, as Korean and Japanese exams number their options: each is its option's letter."""
-_WIDE = {**str.maketrans("（）：［］【】「」『』｢｣．", "():[][][][][]."),
+_WIDE: dict[int, str | int | None] = {**str.maketrans("（）：［］【】「」『』｢｣．", "():[][][][][]."),
          **{ord(number): f"({LETTERS[i]})" for i, number in enumerate(_CIRCLED)}}
 _ESCAPED_NEWLINE = re.compile(r"\\n(?![a-z])")
 """An escaped newline left in a text, not the start of a LaTeX command (``\\neq``, ``\\nabla``)."""
