@@ -167,6 +167,43 @@ def test_the_command_line_imports_then_compares_and_replays(tmp_path):
     assert refused.exit_code != 0 and "bad.jsonl:2" in refused.output
 
 
+def test_numbered_options_are_read_recorded_and_scored_alike_later(tmp_path):
+    """`--answer-kind choice --numbered`: answers stated as option numbers are read as their letters, the kind's
+    options are recorded with the evaluation, and a report or replay read later (a new store object) scores by
+    them; without --numbered the same numbers are no choice, and --numbered needs the choice kind."""
+    from scaffold.answers import ChoiceAnswer
+    from scaffold.answers._kind import recorded_kind
+    from scaffold.cli._main import main
+
+    rows = [{"problem": "Q1", "answer": "3", "outputs": ["정답: 3", "Answer: 3", "Answer: 1"]},
+            {"problem": "Q2", "answer": "B", "outputs": ['{"answer": 1}']}]
+    path = tmp_path / "numbered.jsonl"
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    db = str(tmp_path / "runs.db")
+    runner = CliRunner()
+    for name, flags in (("numbered", ["--numbered"]), ("plain", [])):
+        done = runner.invoke(main, ["--store", db, "runs", "import", str(path), "--name", name, "--answer-kind",
+                                    "choice", *flags])
+        assert done.exit_code == 0, done.output
+    with sf.Store(db) as store:
+        settings = store.evaluation("numbered").settings
+        assert settings["answer_kind_options"] == {"numbered": True}
+        assert recorded_kind(settings) == ChoiceAnswer(numbered=True)  # what a report or a replay reads by
+        assert "answer_kind_options" not in store.evaluation("plain").settings
+        report = load_report(store, "numbered")
+        assert [o.correct for o in report.outcomes] == [True, False]
+        assert report.pass_at_k[1].value == pytest.approx((2 / 3 + 0) / 2)  # the samples scored by the same kind
+        assert [o.correct for o in load_report(store, "plain").outcomes] == [False, False]
+        assert [r["value"] for r in sorted(store.rewards("numbered-0"), key=lambda r: r["call_id"] or "")] == [
+            1.0, 1.0, 1.0, 0.0]  # the run, then its three outputs
+    replayed = runner.invoke(main, ["--store", db, "replay", "--from", "numbered", "--format", "json", "--k", "3"])
+    assert replayed.exit_code == 0, replayed.output
+    votes = json.loads(replayed.output)["points"]  # re-voted from the store: C, C, A against the reference "3"
+    assert [p["accuracy"]["value"] for p in votes if p["k"] == 3] == [0.5]
+    refused = runner.invoke(main, ["--store", db, "runs", "import", str(path), "--name", "x", "--numbered"])
+    assert refused.exit_code != 0 and "--numbered" in refused.output
+
+
 CHOICE_ROWS = [
     {"problem": "Which is a prime?", "choices": ["4", "7", "9"], "answer": "B",
      "outputs": ["The answer is (B).", {"text": "**C**", "model": "m1", "cost": 0.0, "note": "é"}, "Answer: 7"]},

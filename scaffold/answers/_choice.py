@@ -245,6 +245,11 @@ class ChoiceAnswer(AnswerKind):
     def describe(self) -> dict[str, Any]:
         return {"kind": self.name, "letters": self.letters, **({"numbered": True} if self.numbered else {})}
 
+    def options(self) -> dict[str, Any]:
+        """``numbered``, and letters other than A to J when no options are given (a row's options come with it)."""
+        custom = self.choices is None and self.letters != LETTERS
+        return {**({"numbered": True} if self.numbered else {}), **({"letters": self.letters} if custom else {})}
+
     def extract(self, text: str) -> str | None:
         found = self._read(text)
         if found or self._options:

@@ -76,8 +76,13 @@ class AnswerKind:
         return self
 
     def describe(self) -> dict[str, Any]:
-        """The kind's name and options, as JSON (recorded with an evaluation's settings)."""
-        return {"kind": self.name}
+        """The kind's name and options, as JSON."""
+        return {"kind": self.name, **self.options()}
+
+    def options(self) -> dict[str, Any]:
+        """The options (JSON) that make this kind again by name, ``answer_kind(kind.name, **kind.options())``:
+        recorded with an evaluation, so a report read later scores by the same kind. None by default."""
+        return {}
 
     def __call__(self, text: str) -> str | None:
         """A kind is an extractor too: ``kind(text)`` is ``kind.extract(text)``."""
@@ -95,6 +100,20 @@ def register_kind(name: str, factory: Callable[..., AnswerKind]) -> None:
 def kind_names() -> list[str]:
     """The names :func:`answer_kind` knows."""
     return sorted(_KINDS)
+
+
+def kind_settings(kind: AnswerKind) -> dict[str, Any]:
+    """What an evaluation records of its kind: nothing for math (evaluations from before kinds read as they were),
+    else its name and, when it has any, its :meth:`~AnswerKind.options`."""
+    if kind.name == "math":
+        return {}
+    options = kind.options()
+    return {"answer_kind": kind.name, **({"answer_kind_options": options} if options else {})}
+
+
+def recorded_kind(settings: Mapping[str, Any]) -> AnswerKind:
+    """The kind an evaluation's recorded settings name (:func:`kind_settings`); math when they name none."""
+    return answer_kind(settings.get("answer_kind"), **dict(settings.get("answer_kind_options") or {}))
 
 
 def answer_kind(spec: str | AnswerKind | None = None, **options: Any) -> AnswerKind:

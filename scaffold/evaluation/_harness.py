@@ -27,6 +27,7 @@ from scaffold._sync import no_running_loop, run_released
 from scaffold._types import TraceKind
 from scaffold.answers import AnswerKind
 from scaffold.answers import answer_kind as answer_kind_of
+from scaffold.answers._kind import kind_settings
 from scaffold.evaluation._report import EVAL_SOURCE, EvalReport, load_report
 from scaffold.store._default import resolve_store
 from scaffold.store._evaluations import same_evaluation
@@ -75,8 +76,8 @@ async def record_evaluation(
     dataset = dataset or name
     kind = answer_kind_of(answer_kind)
     recorded = dict(settings) if settings is not None else {"graph": graph.name, "params": graph.spec()["params"]}
-    if kind.name != "math":  # recorded, so that a report read later scores by the same kind
-        recorded.setdefault("answer_kind", kind.name)
+    for key, value in kind_settings(kind).items():  # recorded, so that a report read later scores by the same kind
+        recorded.setdefault(key, value)
     found = await asyncio.to_thread(target.save_evaluation, name, graph=graph.name, dataset=dataset,
                                     settings=recorded, problems=len(rows))
     same_evaluation(found, graph.name, dataset, to_json(dict(recorded)), len(rows))

@@ -39,7 +39,7 @@ from scaffold._answers import Equivalence
 from scaffold._confidence import ConfidenceMeasure, trace_confidence
 from scaffold._rules import cluster_answers
 from scaffold._types import Trace
-from scaffold.answers import answer_kind as answer_kind_of
+from scaffold.answers._kind import recorded_kind
 from scaffold.evaluation._metrics import bootstrap_ci
 from scaffold.evaluation._report import EVAL_SOURCE, Estimate, samples_node_of
 
@@ -183,7 +183,7 @@ def replay(store: Store | str, name: str, *, methods: Sequence[str] = ("vote",),
     db = StoreClass(store) if isinstance(store, str) else store
     try:
         info = db.evaluation(name)
-        same = equivalence or answer_kind_of(info.settings.get("answer_kind")).same
+        same = equivalence or recorded_kind(info.settings).same
         runs = db.evaluation_runs(name)
         run_ids = [run.id for run in runs]
         node = samples_node or samples_node_of(db.answer_traces(run_ids[:20]).values())

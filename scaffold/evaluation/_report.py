@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from scaffold._answers import Equivalence
 from scaffold._clusters import cluster_answers
 from scaffold._types import Trace, TraceKind
-from scaffold.answers import answer_kind as answer_kind_of
+from scaffold.answers._kind import recorded_kind
 from scaffold.evaluation._metrics import (
     GainBin,
     MajorityRow,
@@ -174,7 +174,7 @@ def load_report(store: Store, name: str, *, ks: Sequence[int] | None = None, sam
     """
     info = store.evaluation(name)
     if equivalence is None:
-        equivalence = answer_kind_of(info.settings.get("answer_kind")).same
+        equivalence = recorded_kind(info.settings).same
     runs = {run.item: run for run in store.evaluation_runs(name)}
     run_ids = [run.id for run in runs.values()]
     traces = store.answer_traces(run_ids)

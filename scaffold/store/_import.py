@@ -49,6 +49,7 @@ from scaffold._types import Trace, TraceKind
 from scaffold._values import INT32
 from scaffold.answers import AnswerKind
 from scaffold.answers import answer_kind as answer_kind_of
+from scaffold.answers._kind import kind_settings
 from scaffold.store import _codec as codec
 from scaffold.store._evaluations import EVAL_SOURCE, same_evaluation
 from scaffold.store._recorder import usage_totals
@@ -159,8 +160,7 @@ def _import(store: Store, source: str | os.PathLike[str] | Iterable[Mapping[str,
         raise DatasetError(f"{where}: no rows to import")
     rows = [_checked(at, row, problem_key, answer_key, outputs_key) for at, row in found]
     settings: dict[str, Any] = {"graph": "imported", "imported_from": where, "rows": len(rows)}
-    if kind.name != "math":  # recorded, so that a report read later scores by the same kind
-        settings["answer_kind"] = kind.name
+    settings.update(kind_settings(kind))  # recorded, so that a report read later scores by the same kind
     saved = store.save_evaluation(name, graph="imported", dataset=dataset, settings=settings, problems=len(rows))
     same_evaluation(saved, "imported", dataset, to_json(settings), len(rows))
     run_ids = [f"{name}-{i}" for i in range(len(rows))]
