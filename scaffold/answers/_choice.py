@@ -179,9 +179,10 @@ _NOT_A_LETTER = re.compile(_NOT_ARTICLE.pattern + r"|I\s+(?!is\b|was\b)[a-z]")
 _CLOSING = frozenset(".!?。)]*\"”'’")
 """How a final sentence ends when it was not cut off: a full stop or a closing mark (or the letter itself)."""
 _LISTING = re.compile(r"[A-J](?<![\w'’\-/.][A-J])\s*[:：]\s+\S")
+"""An option weighed in a line ("D: We don't have enough information"): such a line states no choice ("a
+alternativa C. é a correta" does not weigh one)."""
 _LISTING_OPEN = re.compile(r"[\(\[]?[A-J][.．)\]]\s+\S")
-"""An option weighed in a line ("D: We don't have enough information", or "C. Lipids" opening it:
-:data:`_LISTING_OPEN`): such a line states no choice ("a alternativa C. é a correta" does not weigh one)."""
+"""A line that opens by weighing an option ("C. Lipids are ...", "(B) would mean ...")."""
 _OPTION_WORD = re.compile(r"(?:option|choice|letter|answer|alternativ[ea]|opci[oó]n|op[cç][aã]o)\s*$", re.IGNORECASE)
 """A word that names a letter after it as an option ("option I")."""
 _FINAL_WORDS = 30
@@ -643,9 +644,13 @@ def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
     def letter(number: str) -> str | None:
         return letters[int(number) - 1] if 1 <= int(number) <= len(letters) else None
 
+    def option_number(m: re.Match[str]) -> str:  # "3번": C; "1.5번", "123번": left as they are
+        after_point = m.start() > 0 and m.string[m.start() - 1] in ".,"
+        found = None if after_point or len(m.group(1)) > 2 else letter(m.group(1))
+        return found or m.group()
+
     if "번" in text:
-        text = _NUMBER_WORD.sub(lambda m: (m.start() and text[m.start() - 1] in ".,") and m.group()
-                                or (len(m.group(1)) <= 2 and letter(m.group(1))) or m.group(), text)
+        text = _NUMBER_WORD.sub(option_number, text)
     if not numbered:
         return text
     for pattern in (_ONLY_NUMBER, _BOXED_NUMBER) if "boxed" in text else (_ONLY_NUMBER,):
