@@ -367,6 +367,14 @@ def test_bad_kinds_and_options_are_typed_errors() -> None:
         JsonAnswer(Capital, field="capital")
     with pytest.raises(sf.AnswerKindError, match="pydantic model class"):
         JsonAnswer(dict)  # type: ignore[arg-type]
+    with pytest.raises(sf.AnswerKindError, match="numbered is True or False"):
+        answer_kind("choice", numbered="yes")
+    with pytest.raises(sf.AnswerKindError, match="distinct capital letters"):
+        ChoiceAnswer(letters="abc")
+    with pytest.raises(sf.AnswerKindError, match="distinct capital letters"):
+        ChoiceAnswer(letters="AAB")
+    assert ChoiceAnswer(letters="ABCDE").extract("Answer: F") is None and ChoiceAnswer(letters="ABCDE").options() == {
+        "letters": "ABCDE"}
     assert kind_names() == ["choice", "integer", "json", "math", "text"]
 
 

@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scaffold._answers import as_number
+from scaffold._errors import AnswerKindError
 from scaffold.answers._kind import AnswerKind, register_kind
 
+_CAPITALS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 LETTERS = "ABCDEFGHIJ"
 """The letters a choice may take when the options are not given (up to ten options, as MMLU-Pro has)."""
 
@@ -223,6 +225,11 @@ class ChoiceAnswer(AnswerKind):
     inputs = ("choices",)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.numbered, bool):
+            raise AnswerKindError(f"choice: numbered is True or False, got {self.numbered!r}")
+        if not isinstance(self.letters, str) or not self.letters or not set(self.letters) <= set(_CAPITALS) \
+                or len(set(self.letters)) != len(self.letters):
+            raise AnswerKindError(f"choice: letters are distinct capital letters, as 'ABCD', got {self.letters!r}")
         if self.choices is not None:
             object.__setattr__(self, "choices", tuple(str(c) for c in self.choices))
             object.__setattr__(self, "letters", LETTERS[: len(self.choices)] if len(self.choices) <= 10
@@ -256,7 +263,7 @@ class ChoiceAnswer(AnswerKind):
         if found or self._options:
             return found or None
         listed = _listed_options(text)  # the text lists its own options: "the answer is green" can be read
-        return ChoiceAnswer(choices=listed).extract(text) if listed else None
+        return ChoiceAnswer(choices=listed, numbered=self.numbered).extract(text) if listed else None
 
     def _read(self, text: str) -> str | None:
         """The choice a text states; ``""`` when its final statement names no single option."""
@@ -277,9 +284,11 @@ class ChoiceAnswer(AnswerKind):
         lines = [line for line in clean.splitlines() if line.strip()]
         while len(lines) > 1 and _PLEASANTRY.match(lines[-1]):
             lines.pop()
-        return (self._alone(lines) or self._bold_option(text) or self._last_bracketed(lines)
+        line = lines[-1].strip() if lines else ""
+        tail = _last_sentence(line)  # the text's last sentence
+        return (self._alone(lines) or self._bold_option(text) or self._last_bracketed(tail)
                 or self._leading(_after_thinking(clean)) or self._only_bracketed(clean) or self._judged_option(lines)
-                or self._final_letter(lines))
+                or self._final_letter(line, tail.strip()))
 
     def key(self, answer: str) -> str | None:
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
@@ -386,11 +395,9 @@ class ChoiceAnswer(AnswerKind):
                 return m.group(1)
         return self._named_option(lines)
 
-    def _last_bracketed(self, lines: list[str]) -> str | None:
-        """The one bracketed letter of the text's last sentence: "... so it takes 10 days. (C)", "... is (B) I."."""
-        if not lines:
-            return None
-        tail = _last_sentence(lines[-1].strip())
+    def _last_bracketed(self, tail: str) -> str | None:
+        """The one bracketed letter of the text's last sentence (``tail``): "... so it takes 10 days. (C)", "... is
+        (B) I."."""
         alone = _BRACKETED.fullmatch(tail.strip().rstrip("."))
         if alone is not None:  # "... under GASB standards. (B)": the letter alone closes the text
             return alone.group(1).upper() if alone.group(1).upper() in self.letters else None
@@ -423,14 +430,10 @@ class ChoiceAnswer(AnswerKind):
                 right.add(m.group(1))
         return right.pop() if len(right) == 1 and next(iter(right)) in self.letters else None
 
-    def _final_letter(self, lines: list[str]) -> str | None:
-        """With nothing else stated: the one letter the text's last sentence names ("So the right pick here is B.",
-        "Respuesta: B"), unless that sentence denies, is long or cut off, or its line weighs options ("D: We don't
-        have enough information ...")."""
-        if not lines:
-            return None
-        line = lines[-1].strip()
-        sentence = _last_sentence(line).strip()
+    def _final_letter(self, line: str, sentence: str) -> str | None:
+        """With nothing else stated: the one letter the text's last sentence (``sentence``, of its last ``line``)
+        names ("So the right pick here is B.", "Respuesta: B"), unless that sentence denies, is long or cut off, or
+        its line weighs options ("D: We don't have enough information ...")."""
         if not sentence or len(sentence) > 300 or (sentence.count(" ") >= _FINAL_WORDS - 1
                                                    and len(sentence.split()) > _FINAL_WORDS):
             return None
@@ -532,19 +535,28 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
     words = _STARTS[(not low.isascii(), "option" in low or "choice" in low, "(" in low or "[" in low)]
+    return _matches_at_words(_CUE, clean, low, words)
+
+
+def _matches_at_words(pattern: re.Pattern[str], text: str, low: str,
+                      words: Sequence[tuple[str, bool]]) -> list[re.Match[str]]:
+    """The matches of ``pattern`` in ``text`` that start where one of ``words`` starts in ``low`` (its lower case,
+    as long), left to right and not overlapping: the regex is tried only there (a substring search is far cheaper
+    than a regex tried at every character). A word marked bounded starts a match only at a word's start ("so", not
+    "also")."""
     starts = []
     for word, bounded in words:
         at = low.find(word)
         while at >= 0:
             if not (bounded and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
-                starts.append(at)  # a word that starts a cue only at a word's start ("so", not "also")
+                starts.append(at)
             at = low.find(word, at + 1)
     starts.sort()
     out, end = [], -1
     for at in starts:
         if at < end:
             continue
-        m = _CUE.match(clean, at)
+        m = pattern.match(text, at)
         if m is not None:
             out.append(m)
             end = m.end()
@@ -620,7 +632,8 @@ _ONLY_NUMBER = re.compile(r"^([ \t]*[\(\[]?)(10|[1-9])(?=[\)\]]?[ \t]*[.。]?[ \
 _NUMBER_AFTER = re.compile(
     r"((?:answer|정답|답|答案|答|回答|resposta|respuesta|réponse|antwort|ответ)[\"'”’\]】]?"
     r"\s*(?:[:：=]|\s+is\b|은|는|是|为)?\s*[\"'“]?\s*[\(\[]?\s*)(10|[1-9])(?![\d.,]?\d)", re.IGNORECASE)
-_MARKER_WORDS = ("answer", "정답", "답", "答", "resposta", "respuesta", "réponse", "antwort", "ответ")
+_MARKER_WORDS = tuple((word, False) for word in ("answer", "정답", "답", "答", "resposta", "respuesta", "réponse",
+                                                  "antwort", "ответ"))
 """Where :data:`_NUMBER_AFTER` can start (each of its words holds one of these; "答案" and "回答" hold "答")."""
 _BOXED_NUMBER = re.compile(r"(\\boxed\s*\{\s*)(10|[1-9])(?=\s*\})")
 
@@ -658,18 +671,10 @@ def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
     low = text.lower()
     if len(low) != len(text):  # a character whose lower case is longer: positions would not agree
         return _NUMBER_AFTER.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
-    spots = []  # where a marker starts: the regex is tried only there (a substring search is far cheaper)
-    for word in _MARKER_WORDS:
-        at = low.find(word)
-        while at >= 0:
-            spots.append(at)
-            at = low.find(word, at + 1)
     out, done = [], 0
-    for at in sorted(spots):
-        m = _NUMBER_AFTER.match(text, at) if at >= done else None
-        if m is not None:
-            out += [text[done: m.start(2)], letter(m.group(2)) or m.group(2)]
-            done = m.end(2)
+    for m in _matches_at_words(_NUMBER_AFTER, text, low, _MARKER_WORDS):
+        out += [text[done: m.start(2)], letter(m.group(2)) or m.group(2)]
+        done = m.end(2)
     return "".join(out) + text[done:]
 
 
