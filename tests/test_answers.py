@@ -297,6 +297,30 @@ def test_hostile_texts_are_read_in_time_linear_in_their_length() -> None:
     assert kind.extract("So the answer is (B). " * 20_000) == "B"
 
 
+def test_a_loop_of_cues_naming_nothing_is_read_with_bounded_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What follows a cue is read for at most the last ``_CUES_TRIED`` cues of a text, however many it has: a
+    repetition loop of cues that name nothing ("答案是答案是...") would otherwise be read cue by cue. A choice
+    stated after the loop, or inside its last cues, is still found."""
+    kind = ChoiceAnswer(choices=("red", "blue", "green"))
+    reads = 0
+    after_cue = ChoiceAnswer._after_cue
+
+    def counted(self: ChoiceAnswer, clean: str, at: int) -> str | None:
+        nonlocal reads
+        reads += 1
+        return after_cue(self, clean, at)
+
+    from scaffold.answers import _choice as c
+
+    monkeypatch.setattr(ChoiceAnswer, "_after_cue", counted)
+    for loop in ("答案是" * 20_000, "정답: " * 20_000, "the answer is " * 20_000):
+        reads = 0
+        assert kind.extract(loop) is None
+        assert 0 < reads <= 2 * c._CUES_TRIED  # the tail's window, then the whole text
+        assert kind.extract(loop + " The answer is (B).") == "B"
+    assert kind.extract("the answer is " * 100 + "blue") == "B"
+
+
 def test_the_tail_of_a_long_text_decides() -> None:
     """A long text is read from its end first; a choice stated only early is still found."""
     musing = "Let me weigh option (A) against option (B) once more. " * 200

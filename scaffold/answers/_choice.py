@@ -313,7 +313,7 @@ class ChoiceAnswer(AnswerKind):
         low = clean.lower()
         wide = not low.isascii()  # a text with no other script skips the checks for Chinese and Japanese forms
         examples = _EXAMPLE_WORDS[wide]
-        for m in reversed(_cues(clean, low)):  # the last cue stating a choice is the one that counts
+        for m in reversed(_cues(clean, low)[-_CUES_TRIED:]):  # the last cue stating a choice is the one that counts
             before = max(0, m.start() - 60)  # an echoed example's words come just before its cue
             if not (_contains(low[before: m.start()], examples) and _EXAMPLE.search(clean, before, m.start())):
                 letter = self._after_cue(clean, m.end())
@@ -607,6 +607,10 @@ def _listed_options(text: str) -> tuple[str, ...] | None:
 
 _BOX = "\x00"
 _BRACES = re.compile(r"[{}]")
+_CUES_TRIED = 256
+"""Cues tried from a text's end before its earlier ones are given up: a real output states its choice within its
+last few cues (the corpus's texts have at most 22 in all), and a loop of cues that name nothing ("答案是答案是...")
+would otherwise cost a reading of what follows each."""
 _LONGEST_CHOICE = 2000
 """Characters of the longest boxed content read as a choice (a letter, a letter with its option, an option's
 text)."""
