@@ -166,6 +166,38 @@ def test_choice_reads_ranked_answers_reasoning_models_and_korean_option_numbers(
     assert ChoiceAnswer().extract(text) == letter
 
 
+@pytest.mark.parametrize(("text", "letter"), [
+    ("Therefore, A remains the most accurate choice regarding countries with higher rates.", "A"),
+    ("In conclusion, while option E is the most plausible choice, sailors vary.", "E"),  # "the most ADJ choice"
+    ("A is the most tempting answer, but it is wrong.", None),  # ... not a choice that tempts
+    ("The primary measure can be defined as:\n\nC: \"observed deaths over expected deaths\"", "C"),  # given
+    ("B: Thymoma", "B"),  # the whole text gives an option
+    ("Let's look at each option:\n\nA. Recommended serving size.", None),  # an option weighed, cut off
+    ("首先看各个选项：\n\nA: 胎盤の後面", None),
+    ("A:紧急避险行为;B:意外事件;C:过失致人死亡罪;D:重大责任事故罪。", None),  # every option in one line
+    ("The options:\nA. summer\nB. fall\nC. winter\nD. spring\n\nThe latest sunset is in", None),  # a listing
+])
+def test_choice_reads_an_option_given_and_one_said_to_be_the_most_fitting(text: str, letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
+def test_the_lines_of_a_texts_own_listing_state_no_choice() -> None:
+    """A text that lists its options is read with them, but the listing's own lines choose nothing: a text cut
+    off while it weighs them states no choice, and an option's line repeated after the listing does."""
+    weighing = ("Let's reason:\n\nA. summer\nB. fall\nC. winter\nD. spring\n\n"
+                "The latest sunset depends on the tilt of the Earth.\n\n4")
+    assert ChoiceAnswer().extract(weighing) is None
+    assert ChoiceAnswer().extract(weighing[:-1] + "So:\nA. summer") == "A"
+
+
+@pytest.mark.parametrize(("text", "letter"), [
+    ("2: Thymoma", "B"), ("The most likely diagnosis is:\n\n4) Decrease interocclusal distance", "D"),
+    ("1. The question asks about the season", None),  # a numbered step, not an option given
+])
+def test_numbered_options_read_an_option_given_by_its_number(text: str, letter: str | None) -> None:
+    assert ChoiceAnswer(numbered=True).extract(text) == letter
+
+
 def test_numbered_options_read_a_stated_number_as_its_letter() -> None:
     """With the options numbered 1, 2, ... (``numbered=True``), a number stated as the answer is its option's
     letter; without it a bare number is no choice, and a number beyond the options stays none."""

@@ -86,19 +86,20 @@ _CUE = re.compile(
     re.IGNORECASE,
 )
 _FIRST = re.compile(
-    r"([A-J])\s*[\)\]]?,?\s+(?:which\s+)?(?:is|would\s+be|seems|appears)\s+(?:to\s+be\s+)?"
-    r"(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate|answer)\b(?!\s+only\b|\s+if\b)",
+    r"([A-J])\s*[\)\]]?,?\s+(?:which\s+)?(?:is|would\s+be|seems|appears|remains)\s+(?:to\s+be\s+)?(?:the\s+)?"
+    r"(?:(?:most\s+)?(?:correct|right|best|true|accurate|answer)\b(?!\s+only\b|\s+if\b)"
+    r"|most\s+(?!tempting|obvious|common|popular|intuitive|attractive|naive|frequent)[a-z]+\s+(?:choice|answer|option)\b)",
 )
-"""A letter that says it is the answer: "(D) is the correct answer", "Option C is correct" (the letter must not
-end a word: checked where it matches, which lets the regex scan for its first character fast)."""
+"""A letter that says it is the answer: "(D) is the correct answer", "Option C is correct", "A remains the most
+accurate choice", "option E is the most plausible choice" (the letter must not end a word: checked where it
+matches, which lets the regex scan for its first character fast)."""
 _NAMED_RIGHT = re.compile(
     r"\(?([A-J])\)\s+[^.\n]{1,60}?\s+(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate)\s+"
     r"(?:answer|option|choice)|\b(?:is|be)\s+(?:option\s+)?\(?([A-J])\)\s+(?=[A-Z])")
 """An option named with its text and said to be right ("option C) 45° is the correct answer"), or stated as
 "... is B) Production of ..."."""
 _NAMED_RIGHT_HINT = re.compile(r"[A-J]\)\s+[A-Z]")
-"""What the second branch of :data:`_NAMED_RIGHT` needs (the first needs a word of :data:`_FIRST_WORDS` other
-than "answer")."""
+"""What the second branch of :data:`_NAMED_RIGHT` needs (the first needs a word of :data:`_RIGHT_WORDS`)."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
 _BOLD_OPTION = re.compile(r"\*\*(?:[Oo]ption\s+)?\(?([A-J])[.):]\s+[^*\n]{1,120}\*\*")
 _OPTION_VERDICT = re.compile(r"\s*(?:[-*•+]\s*)?(?:option\s+)?\(?([A-J])[.):]\s[^\n]{0,200}?\b(?:this|it|which)\s+"
@@ -118,8 +119,10 @@ _LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|
 _DENIED = re.compile(r"\b(?:not|n't|no|wrong|incorrect|false|eliminate[sd]?|rule[sd]? out|except)\b|不|错误|非",
                      re.IGNORECASE)
 _BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
-_FIRST_WORDS = ("answer", "correct", "right", "best", "true", "accurate")
+_FIRST_WORDS = ("answer", "correct", "right", "best", "true", "accurate", "most")
 """The words :data:`_FIRST` needs (in lower case: it is case-sensitive), looked for before it is tried."""
+_RIGHT_WORDS = ("correct", "right", "best", "true", "accurate")
+"""The words the first branch of :data:`_NAMED_RIGHT` needs."""
 _CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
               "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which")
@@ -166,6 +169,12 @@ _JA_RIGHT = re.compile(r"(?<![A-Za-z])([A-Ja-j])\s*[:：.．)]\s*[^。\n\]]{0,40
 _PLEASANTRY = re.compile(r"\s*(?:I\s+hope\s+(?:this|that|it)\s+helps|hope\s+this\s+helps|let\s+me\s+know|feel\s+free|"
                          r"if\s+you\s+have\s+any\s+(?:other|more|further)|good\s+luck)", re.IGNORECASE)
 """A closing courtesy line, passed over when looking for a text's last statement."""
+_GIVEN = re.compile(r"[ \t]*([A-J])[ \t]*[:：.)][ \t]*\S[^\n]{0,200}")
+"""A line that gives one option, its letter and its text ("C: The observed number of deaths ...")."""
+_OPTIONS_WORDS = ("option", "choice", "each", "following", "选项", "選択肢", "선택지", "보기", "各")
+"""Words of a line that introduces options to weigh ("Let's look at each option:"), not the option given."""
+_ANOTHER_OPTION = re.compile(r"(?<![A-Za-z])[A-J][ \t]*[:：)]")
+"""Another option in the same line ("A: text; B: text"): a listing, not an option given."""
 _OPTION_LINE = re.compile(r"^[ \t]*[\(\[]?([A-J])[ \t]*[\)\].:：、．][ \t]*(\S[^\n]{0,200})$", re.MULTILINE)
 """A line listing an option ("B: 2 mol", "(C) green"), for a text that lists its own options."""
 _SENTENCE_BREAK = re.compile(r"[.!?。]\s+(?=\S)")
@@ -263,10 +272,11 @@ class ChoiceAnswer(AnswerKind):
         if found or self._options:
             return found or None
         listed = _listed_options(text)  # the text lists its own options: "the answer is green" can be read
-        return ChoiceAnswer(choices=listed, numbered=self.numbered).extract(text) if listed else None
+        return ChoiceAnswer(choices=listed, numbered=self.numbered)._read(text, listed=True) or None if listed else None
 
-    def _read(self, text: str) -> str | None:
-        """The choice a text states; ``""`` when its final statement names no single option."""
+    def _read(self, text: str, *, listed: bool = False) -> str | None:
+        """The choice a text states; ``""`` when its final statement names no single option (``listed``: the
+        options are the ones the text lists itself, so the lines of that listing state nothing)."""
         if not text.isascii() or self.numbered:
             text = _numbers_as_letters(text, self.letters, self.numbered)
         if "irst" in text and "econd" in text and (ranked := _RANKED.search(text)) is not None:  # "First Choice: B"
@@ -286,7 +296,7 @@ class ChoiceAnswer(AnswerKind):
             lines.pop()
         line = lines[-1].strip() if lines else ""
         tail = _last_sentence(line)  # the text's last sentence
-        return (self._alone(lines) or self._bold_option(text) or self._last_bracketed(tail)
+        return (self._alone(lines, listed) or self._bold_option(text) or self._last_bracketed(tail)
                 or self._leading(_after_thinking(clean)) or self._only_bracketed(clean) or self._judged_option(lines)
                 or self._final_letter(line, tail.strip()))
 
@@ -343,7 +353,7 @@ class ChoiceAnswer(AnswerKind):
             for m in _FIRST.finditer(clean, after or 0):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
                     out.append((m.start(), m.group(1)))
-        if after is None and not out and ((worded and _contains(clean, _FIRST_WORDS[1:]))
+        if after is None and not out and ((worded and _contains(clean, _RIGHT_WORDS))
                                           or _NAMED_RIGHT_HINT.search(clean)):
             for m in _NAMED_RIGHT.finditer(clean):
                 letter = m.group(1) or m.group(2)
@@ -376,7 +386,7 @@ class ChoiceAnswer(AnswerKind):
             return None
         return start  # a value or a sentence that is no option: "Answer: 54" without the options
 
-    def _alone(self, lines: list[str]) -> str | None:
+    def _alone(self, lines: list[str], listed: bool = False) -> str | None:
         """With no box or cue: the last line that is only a choice, a last line that is an option ("(D) 18"), or
         an option the text names (:meth:`_named_option`)."""
         for line in reversed(lines):
@@ -387,13 +397,34 @@ class ChoiceAnswer(AnswerKind):
             m = re.fullmatch(r"\s*[\(\[]\s*([A-J])\s*[\)\]]\s*[^()\[\]]{1,80}", lines[-1])
             if m and m.group(1) in self.letters:
                 return m.group(1)
+        if lines and (given := self._given(lines)) is not None:
+            return given
         if not self._options or not lines:
             return None
-        for line in reversed(lines):  # a line that is an option, letter and text: "(D) Tokyo"
+        seen: set[str] = set()
+        stating = []  # a line that is an option, letter and text: "(D) Tokyo"; not a line of the text's own listing
+        for line in lines:
             m = _OPTION_LINE.fullmatch(line)
             if m and self._options.get(_plain(m.group(2))) == m.group(1):
-                return m.group(1)
-        return self._named_option(lines)
+                if not listed or m.group(1) in seen:
+                    stating.append(m.group(1))
+                seen.add(m.group(1))
+        return stating[-1] if stating else self._named_option(lines)
+
+    def _given(self, lines: list[str]) -> str | None:
+        """A last line that gives one option, letter and text ("C: The observed number ..."), as the whole text or
+        after a line that introduces it with a colon ("The primary measure can be defined as:"). Not when another
+        line lists an option (a listing, or options weighed one by one) or the introduction speaks of options."""
+        m = _GIVEN.fullmatch(lines[-1])
+        if m is None or m.group(1) not in self.letters or _ANOTHER_OPTION.search(lines[-1], m.end(1) + 1):
+            return None
+        if len(lines) > 1:
+            intro = lines[-2].rstrip(" *")
+            if not intro.endswith((":", "：")) or _contains(intro.lower(), _OPTIONS_WORDS):
+                return None
+            if any(_OPTION_LINE.match(line) for line in lines[:-1]):
+                return None
+        return m.group(1)
 
     def _last_bracketed(self, tail: str) -> str | None:
         """The one bracketed letter of the text's last sentence (``tail``): "... so it takes 10 days. (C)", "... is
@@ -632,6 +663,10 @@ the answer."""
 _NUMBER_WORD = re.compile(r"(\d+)\s*번(?!째)")
 """A Korean option number ("3번", option 3; not "3번째", the third): a number of 1 to 10 not after a dot or a comma
 (checked where it matches: a regex that opens with a digit is scanned for fast)."""
+_GIVEN_NUMBER = re.compile(r"(?:\A|[:：][ \t]*\n\s*)[ \t]*(10|[1-9])(?=[ \t]*[:：)][ \t]*\S[^\n]{0,200}\s*\Z)")
+"""A number that opens a text's one line, or its last line after one that ends with a colon, followed by its option's
+text ("2: Thymoma", "3) Thymoma"; not "1. ...", which opens a numbered step as often): with numbered options, the
+option given (read as :data:`_GIVEN`)."""
 _ONLY_NUMBER = re.compile(r"^([ \t]*[\(\[]?)(10|[1-9])(?=[\)\]]?[ \t]*[.。]?[ \t]*$)", re.MULTILINE)
 _NUMBER_AFTER = re.compile(
     r"((?:answer|정답|답|答案|答|回答|resposta|respuesta|réponse|antwort|ответ)[\"'”’\]】]?"
@@ -672,6 +707,9 @@ def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
         return text
     for pattern in (_ONLY_NUMBER, _BOXED_NUMBER) if "boxed" in text else (_ONLY_NUMBER,):
         text = pattern.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
+    given = _GIVEN_NUMBER.search(text)
+    if given is not None and (found := letter(given.group(1))) is not None:
+        text = text[: given.start(1)] + found + text[given.end(1):]
     low = text.lower()
     if len(low) != len(text):  # a character whose lower case is longer: positions would not agree
         return _NUMBER_AFTER.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
