@@ -160,6 +160,13 @@ def test_choice_reads_one_letter_in_a_last_sentence_when_nothing_else_states_a_c
     ("3번째 선택지는 틀렸다.", None),  # "the third": no option number
     ("정답: ③", "C"),  # a circled option number
     ("4번: 적절하다.\n5번: 적절하지 않다.\n\n최종 정답: 없음", None),  # "final answer: none"
+    ("<think>So the answer is F.</think>\n\nB", "B"),  # the answer after the reasoning is the final one
+    ("<think>So the answer is F.</think>\n\nI hope this helps.", "F"),  # ... when it states one
+    ("Final decision: Option I.\n<channel|>I", "I"),  # Gemma's reasoning channel
+    ("<|channel|>analysis<|message|>Likely C.<|end|><|start|>assistant<|channel|>final<|message|>Answer: D", "D"),
+    ("الفرضية (ب) أكثر احتمالاً.\n\nالإجابة النهائية: الإجابة النهائية هي [[ب]].", "B"),  # Arabic option letters
+    ("**الإجابة النهائية: الإجابة النهائية هي [أ]**", "A"),
+    ("كتب الطالب الجواب في الدفتر.", None),  # letters inside Arabic words are no options
 ])
 def test_choice_reads_ranked_answers_reasoning_models_and_korean_option_numbers(text: str,
                                                                                letter: str | None) -> None:

@@ -7,7 +7,8 @@ A text states a choice in three ways, strongest first:
 - **a cue**: "the answer is (B)", "Answer: C", "the correct option is **(A)**", "I'll go with D", "Option C is
   correct", "答案是 B", "故选C"; when the options are known, a cue followed by an option's text ("the answer is
   54") counts too;
-- **a line that is only a choice**: ``**(C)**`` alone on a line;
+- **a line that is only a choice**: ``**(C)**`` alone on a line; or a last line that gives an option, letter and
+  text ("C: The observed number of deaths"), as the whole text or after a line introducing it with a colon;
 - **a last sentence naming one option**, when nothing above states a choice: "So the right pick here is B.",
   "Respuesta: B", "Among the options, C is the only one that fits." (a sentence that denies, names two letters,
   weighs options one per line or is cut off mid-sentence states nothing; "A" as an article and "I" as a pronoun
@@ -18,9 +19,11 @@ choice is the last boxed choice or cue in the text (a text that reconsiders ends
 last choice-only line; a boxed value that is no choice (an intermediate result) is passed over. "The answer is
 not (A)" states nothing.
 
-A ranked answer ("First Choice: B / Second Choice: D") chooses its first. Circled numbers (``③``) and Korean
-option numbers ("3번") are their options' letters, and with ``numbered=True`` (the prompt numbered its options 1,
-2, ...) so is a number stated as the answer ("Answer: 3", ``"answer": 3``, ``\boxed{3}``).
+A reasoning model's answer after its reasoning (after ``</think>``, Gemma's ``<channel|>``, gpt-oss's final
+channel) is its final one, whatever the reasoning stated. A ranked answer ("First Choice: B / Second Choice: D")
+chooses its first. Circled numbers (``③``), Korean option numbers ("3번") and Arabic option letters (أ ب ج د ه)
+are their options' letters, and with ``numbered=True`` (the prompt numbered its options 1, 2, ...) so is a number
+stated as the answer ("Answer: 3", ``"answer": 3``, ``\boxed{3}``, "2: Thymoma").
 
 A final statement that names no single option wins over earlier choices: "Answer: B and D", "the answer is none
 of the above", "【答案】: 题目可能有误" read as ``None``. A cue inside an echoed instruction ("reply as Answer: X,
@@ -279,6 +282,11 @@ class ChoiceAnswer(AnswerKind):
         options are the ones the text lists itself, so the lines of that listing state nothing)."""
         if not text.isascii() or self.numbered:
             text = _numbers_as_letters(text, self.letters, self.numbered)
+        end = _reasoning_end(text)
+        if end >= 0:  # a reasoning model's answer, after its reasoning, is its final one
+            found = self._read(text[end:], listed=listed) if text[end:].strip() else None
+            if found is not None:
+                return found
         if "irst" in text and "econd" in text and (ranked := _RANKED.search(text)) is not None:  # "First Choice: B"
             return ranked.group(1).upper() if ranked.group(1).upper() in self.letters else ""
         for window in WINDOWS:  # the end first: a choice stated there is the last one stated
@@ -620,8 +628,13 @@ def _last_sentence(line: str) -> str:
     return line if m is None else line[m.end():]
 
 
-_TOKENS = re.compile(r"<\|[^|>]{1,40}\|>|</?s>|<eo[asne]>|<eos>|<end_of_turn>", re.IGNORECASE)
-"""A model's special tokens left in its output ("</s>", "<eoa>", "<|im_end|>")."""
+_TOKENS = re.compile(r"<\|[^|>]{1,40}\|>|<[a-z_]{1,40}\|>|<\|[a-z_]{1,40}>|</?s>|<eo[asne]>|<eos>|<end_of_turn>",
+                     re.IGNORECASE)
+"""A model's special tokens left in its output ("</s>", "<eoa>", "<|im_end|>", "<channel|>")."""
+_REASONING_ENDS = ("</think>", "</thinking>", "</reasoning>", "◁/think▷", "<channel|>", "<|end_of_thought|>",
+                   "<|channel|>final<|message|>")
+"""Marks that end a reasoning model's reasoning (DeepSeek-R1 and Qwen, Claude's and others' tags, Kimi, Gemma,
+gpt-oss): what follows is its answer."""
 
 
 def _listed_options(text: str) -> tuple[str, ...] | None:
@@ -663,6 +676,10 @@ the answer."""
 _NUMBER_WORD = re.compile(r"(\d+)\s*번(?!째)")
 """A Korean option number ("3번", option 3; not "3번째", the third): a number of 1 to 10 not after a dot or a comma
 (checked where it matches: a regex that opens with a digit is scanned for fast)."""
+_ARABIC_OPTIONS = ("أ", "ب", "ج", "د", "ه")
+"""The letters Arabic exams name their options with, in order (alif, ba, jim, dal, ha: A to E)."""
+_ARABIC_OPTION = re.compile(r"(?<![\u0600-\u06ff])(أ|ب|ج|د|هـ|ه)(?![\u0600-\u06ff])")
+"""An Arabic option letter standing alone ("الإجابة النهائية هي [ب]"), not a letter of a word."""
 _GIVEN_NUMBER = re.compile(r"(?:\A|[:：][ \t]*\n\s*)[ \t]*(10|[1-9])(?=[ \t]*[:：)][ \t]*\S[^\n]{0,200}\s*\Z)")
 """A number that opens a text's one line, or its last line after one that ends with a colon, followed by its option's
 text ("2: Thymoma", "3) Thymoma"; not "1. ...", which opens a numbered step as often): with numbered options, the
@@ -684,15 +701,29 @@ def _after_word(text: str, at: int) -> bool:
 
 
 def _after_thinking(text: str) -> str:
-    """What a reasoning model wrote after its reasoning (after the last ``</think>``), or the whole text."""
-    at = text.rfind("</think>")
-    return text if at < 0 else text[at + len("</think>"):]
+    """What a reasoning model wrote after its reasoning (after the last mark that ends it), or the whole text."""
+    end = _reasoning_end(text)
+    return text if end < 0 else text[end:]
+
+
+def _reasoning_end(text: str) -> int:
+    """Where a reasoning model's reasoning ends: after the last of :data:`_REASONING_ENDS` (-1: none)."""
+    if not ("</" in text or "|>" in text or "◁" in text):
+        return -1
+    end = -1
+    for mark in _REASONING_ENDS:
+        at = text.rfind(mark)
+        if at >= 0:
+            end = max(end, at + len(mark))
+    return end
 
 
 def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
-    """A text with its option numbers written as letters: circled numbers (①) and Korean option numbers ("3번")
-    always; with ``numbered`` (the options were numbered 1, 2, ...), also a number a line holds alone, one after
-    an answer marker ("Answer: 3", ``"answer": 3``, "정답: 3") and a boxed one. A number beyond the options stays."""
+    """A text with its option numbers written as letters: Korean option numbers ("3번") and Arabic option letters
+    standing alone ("[ب]") always (circled numbers are translated by :func:`_clean`); with ``numbered`` (the
+    options were numbered 1, 2, ...), also a number a line holds alone, one after an answer marker ("Answer: 3",
+    ``"answer": 3``, "정답: 3"), a boxed one and one that gives an option ("2: Thymoma"). A number beyond the
+    options stays."""
     def letter(number: str) -> str | None:
         return letters[int(number) - 1] if 1 <= int(number) <= len(letters) else None
 
@@ -703,6 +734,8 @@ def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
 
     if "번" in text:
         text = _NUMBER_WORD.sub(option_number, text)
+    if _contains(text, _ARABIC_OPTIONS):
+        text = _ARABIC_OPTION.sub(lambda m: LETTERS[_ARABIC_OPTIONS.index(m.group(1)[0])], text)
     if not numbered:
         return text
     for pattern in (_ONLY_NUMBER, _BOXED_NUMBER) if "boxed" in text else (_ONLY_NUMBER,):
