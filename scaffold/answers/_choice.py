@@ -122,8 +122,10 @@ _LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|
 _DENIED = re.compile(r"\b(?:not|n't|no|wrong|incorrect|false|eliminate[sd]?|rule[sd]? out|except)\b|不|错误|非",
                      re.IGNORECASE)
 _BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
-_FIRST_WORDS = ("answer", "correct", "right", "best", "true", "accurate", "most")
-"""The words :data:`_FIRST` needs (in lower case: it is case-sensitive), looked for before it is tried."""
+_FIRST_WORDS = ("answer", "correct", "right", "best", "true", "accurate")
+"""The words :data:`_FIRST` needs (in lower case: it is case-sensitive), looked for before it is tried; its branch
+for "the most ADJ choice" needs :data:`_MOST_FITTING` instead ("most" alone is too common to be worth a scan)."""
+_MOST_FITTING = re.compile(r"most\s+[a-z]+\s+(?:choice|answer|option)\b")
 _RIGHT_WORDS = ("correct", "right", "best", "true", "accurate")
 """The words the first branch of :data:`_NAMED_RIGHT` needs."""
 _CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
@@ -356,7 +358,7 @@ class ChoiceAnswer(AnswerKind):
         "(D) is the correct answer"; where none was stated and none is said so, an option named with its text and
         said to be right (weaker than a cue)."""
         out: list[tuple[int, str | None]] = []
-        worded = _contains(clean, _FIRST_WORDS, after or 0)
+        worded = _contains(clean, _FIRST_WORDS, after or 0) or _MOST_FITTING.search(clean, after or 0) is not None
         if worded:  # only a later statement can change the choice
             for m in _FIRST.finditer(clean, after or 0):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
@@ -708,7 +710,7 @@ def _after_thinking(text: str) -> str:
 
 def _reasoning_end(text: str) -> int:
     """Where a reasoning model's reasoning ends: after the last of :data:`_REASONING_ENDS` (-1: none)."""
-    if not ("</" in text or "|>" in text or "◁" in text):
+    if ">" not in text and "▷" not in text:  # every mark ends with one of them (a character is found fastest)
         return -1
     end = -1
     for mark in _REASONING_ENDS:
@@ -734,7 +736,7 @@ def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
 
     if "번" in text:
         text = _NUMBER_WORD.sub(option_number, text)
-    if _contains(text, _ARABIC_OPTIONS):
+    if "ا" in text and _contains(text, _ARABIC_OPTIONS):  # alif, the commonest Arabic letter: Arabic text at all
         text = _ARABIC_OPTION.sub(lambda m: LETTERS[_ARABIC_OPTIONS.index(m.group(1)[0])], text)
     if not numbered:
         return text
