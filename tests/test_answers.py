@@ -167,6 +167,9 @@ def test_choice_reads_one_letter_in_a_last_sentence_when_nothing_else_states_a_c
     ("الفرضية (ب) أكثر احتمالاً.\n\nالإجابة النهائية: الإجابة النهائية هي [[ب]].", "B"),  # Arabic option letters
     ("**الإجابة النهائية: الإجابة النهائية هي [أ]**", "A"),
     ("كتب الطالب الجواب في الدفتر.", None),  # letters inside Arabic words are no options
+    ("Portanto, a alternativa D condiz.\n\n✅ **Resposta: D**", "D"),  # answer cues in other languages
+    ("La respuesta correcta es (B).", "B"), ("La bonne réponse est C.", "C"), ("Die richtige Antwort ist C.", "C"),
+    ("Правильный ответ: B", "B"), ("Đáp án đúng là C.", "C"),
 ])
 def test_choice_reads_ranked_answers_reasoning_models_and_korean_option_numbers(text: str,
                                                                                letter: str | None) -> None:

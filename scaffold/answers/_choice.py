@@ -5,8 +5,9 @@ A text states a choice in three ways, strongest first:
 - **a boxed choice**: ``\boxed{B}``, ``\boxed{(A) 54}``, ``\boxed{\text{(B) } \sim 0.36}``, or, when the row's
   options are known, a boxed option text (``\boxed{0.36}``);
 - **a cue**: "the answer is (B)", "Answer: C", "the correct option is **(A)**", "I'll go with D", "Option C is
-  correct", "答案是 B", "故选C"; when the options are known, a cue followed by an option's text ("the answer is
-  54") counts too;
+  correct", "答案是 B", "故选C", "정답: C", "Resposta: D", "La respuesta correcta es (B)", "Die richtige Antwort ist
+  C", "Правильный ответ: B", "Đáp án: C"; when the options are known, a cue followed by an option's text ("the
+  answer is 54") counts too;
 - **a line that is only a choice**: ``**(C)**`` alone on a line; or a last line that gives an option, letter and
   text ("C: The observed number of deaths"), as the whole text or after a line introducing it with a colon;
 - **a last sentence naming one option**, when nothing above states a choice: "So the right pick here is B.",
@@ -73,7 +74,10 @@ _CUE = re.compile(
     r"|\b(?:correct|best|closest|right|only|most\s+(?:\w+\s+){0,2}?)\s*"
     r"(?:answer|option|choice|statement|response|match)(?:\s+[\w,']+){0,8}?\s+(?:is|would\s+be)\s*:?"
     r"|\b(?:option|choice)\s+(?:is|would\s+be)|=\s*(?=(?:option|choice)\s)|\bwhich\s+is\s+(?=(?:option|choice)\s)"
-    r"|\bresponse\s*[:：]|\bit(?:'s|\s+is)(?=\s*[\(\[][A-Ja-j][\)\]])"
+    r"|\bresponse\s*[:：]"
+    r"|\b(?:resposta|respuesta|réponse|antwort)(?:\s+(?:correta|correcta|certa|final|finale|correcte|richtige))?"
+    r"\s*(?:é|es|est|ist|:|：|-|–)?"
+    r"|\b(?:правильный\s+)?ответ\s*(?:[:：\-–—]|это)?|\bđáp\s+án(?:\s+đúng)?(?:\s+là)?\s*[:：]?|\bit(?:'s|\s+is)(?=\s*[\(\[][A-Ja-j][\)\]])"
     r"|\b(?:i|we)\s*(?:would\s+|will\s+|'ll\s+|'d\s+|shall\s+|should\s+|must\s+|can\s+)?"
     r"(?:choose|chose|pick|select|go\s+with|opt\s+for)"
     r"|\b(?:therefore|thus|hence|so),?\s+(?:the\s+answer\s+is\s+)?"
@@ -128,26 +132,39 @@ for "the most ADJ choice" needs :data:`_MOST_FITTING` instead ("most" alone is t
 _MOST_FITTING = re.compile(r"most\s+[a-z]+\s+(?:choice|answer|option)\b")
 _RIGHT_WORDS = ("correct", "right", "best", "true", "accurate")
 """The words the first branch of :data:`_NAMED_RIGHT` needs."""
-_CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response", "it",
+_CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "resp", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
-              "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which")
+              "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which", "antwort", "réponse",
+              "ответ", "đáp")
 """Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
 at every character)."""
-_BOUNDED = frozenset(("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "response",
-                      "it", "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "only", "which"))
+_BOUNDED = frozenset(("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "resp",
+                      "it", "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "only", "which", "antwort",
+                      "réponse", "ответ", "đáp"))
 """The words of :data:`_CUE_WORDS` that start a cue only after a word boundary (each branch of :data:`_CUE` that
 starts with one opens with ``\\b``)."""
 _NAMED, _BRACKETED_LETTER = 1, 2
 _NEEDS = {"=": _NAMED, "which": _NAMED, "it": _BRACKETED_LETTER}
 """Words whose only branch of :data:`_CUE` needs more of the text: "= option B" and "which is option B" an
 "option" or a "choice", "it's (B)" a bracket."""
-_STARTS = {(wide, named, bracketed): tuple(
+_CJK_CHAR = re.compile("[\u3000-\uffff]")
+"""A character of the Chinese, Japanese or Korean scripts (or wider): words written in them need one."""
+_EURO_CHAR = re.compile("[\u00c0-\u04ff]")
+"""An accented Latin, Greek or Cyrillic letter: the other words beyond ASCII need one."""
+
+
+def _script(word: str) -> int:
+    return 0 if word.isascii() else 1 if _CJK_CHAR.search(word) else 2
+
+
+_STARTS = {(cjk, euro, named, bracketed): tuple(
     (word, word in _BOUNDED) for word in _CUE_WORDS
-    if (wide or word.isascii()) and (named or _NEEDS.get(word) != _NAMED)
+    if (_script(word) == 0 or (cjk if _script(word) == 1 else euro)) and (named or _NEEDS.get(word) != _NAMED)
     and (bracketed or _NEEDS.get(word) != _BRACKETED_LETTER))
-    for wide in (False, True) for named in (False, True) for bracketed in (False, True)}
-"""The words to look for (and whether each needs a word boundary before it), by whether the text has other
-scripts than ASCII, an "option" or "choice", and a bracket."""
+    for cjk in (False, True) for euro in (False, True) for named in (False, True) for bracketed in (False, True)}
+"""The words to look for (and whether each needs a word boundary before it), by whether the text has letters of
+the Chinese, Japanese or Korean scripts, accented or Cyrillic letters, an "option" or "choice", and a bracket: a
+word can only be found in a text that has its script's letters."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
                       r"[^\n]{0,40}\Z", re.IGNORECASE)
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
@@ -575,7 +592,9 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
     """Every cue of a cleaned text (``low``: its lower case), in order."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
-    words = _STARTS[(not low.isascii(), "option" in low or "choice" in low, "(" in low or "[" in low)]
+    wide = not low.isascii()
+    words = _STARTS[(wide and _CJK_CHAR.search(low) is not None, wide and _EURO_CHAR.search(low) is not None,
+                     "option" in low or "choice" in low, "(" in low or "[" in low)]
     return _matches_at_words(_CUE, clean, low, words)
 
 
