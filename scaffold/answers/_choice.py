@@ -149,11 +149,11 @@ _NEEDS = {"=": _NAMED, "which": _NAMED, "it": _BRACKETED_LETTER}
 "option" or a "choice", "it's (B)" a bracket."""
 _CJK_CHAR = re.compile("[\u3000-\uffff]")
 """A character of the Chinese, Japanese or Korean scripts (or wider): words written in them need one."""
-_EURO_CHAR = re.compile("[\u00c0-\u04ff]")
-"""An accented Latin, Greek or Cyrillic letter: the other words beyond ASCII need one."""
 
 
 def _script(word: str) -> int:
+    """0: an ASCII word, looked for in every text; 1: a Chinese, Japanese or Korean one, looked for in a text with
+    such characters; 2: another (accented, Cyrillic, Vietnamese), looked for in a text beyond ASCII without them."""
     return 0 if word.isascii() else 1 if _CJK_CHAR.search(word) else 2
 
 
@@ -163,8 +163,8 @@ _STARTS = {(cjk, euro, named, bracketed): tuple(
     and (bracketed or _NEEDS.get(word) != _BRACKETED_LETTER))
     for cjk in (False, True) for euro in (False, True) for named in (False, True) for bracketed in (False, True)}
 """The words to look for (and whether each needs a word boundary before it), by whether the text has letters of
-the Chinese, Japanese or Korean scripts, accented or Cyrillic letters, an "option" or "choice", and a bracket: a
-word can only be found in a text that has its script's letters."""
+the Chinese, Japanese or Korean scripts, other letters beyond ASCII without those, an "option" or "choice", and a
+bracket (:func:`_script`)."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
                       r"[^\n]{0,40}\Z", re.IGNORECASE)
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
@@ -592,9 +592,8 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
     """Every cue of a cleaned text (``low``: its lower case), in order."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
-    wide = not low.isascii()
-    words = _STARTS[(wide and _CJK_CHAR.search(low) is not None, wide and _EURO_CHAR.search(low) is not None,
-                     "option" in low or "choice" in low, "(" in low or "[" in low)]
+    cjk = not low.isascii() and _CJK_CHAR.search(low) is not None  # found early in such a text
+    words = _STARTS[(cjk, not cjk and not low.isascii(), "option" in low or "choice" in low, "(" in low or "[" in low)]
     return _matches_at_words(_CUE, clean, low, words)
 
 
@@ -656,6 +655,7 @@ _REASONING_ENDS = ("</think>", "</thinking>", "</reasoning>", "◁/think▷", "<
                    "<|channel|>final<|message|>")
 """Marks that end a reasoning model's reasoning (DeepSeek-R1 and Qwen, Claude's and others' tags, Kimi, Gemma,
 gpt-oss): what follows is its answer."""
+_REASONING_MARK = re.compile("|".join(re.escape(mark) for mark in _REASONING_ENDS))
 
 
 def _listed_options(text: str) -> tuple[str, ...] | None:
@@ -732,10 +732,8 @@ def _reasoning_end(text: str) -> int:
     if ">" not in text and "▷" not in text:  # every mark ends with one of them (a character is found fastest)
         return -1
     end = -1
-    for mark in _REASONING_ENDS:
-        at = text.rfind(mark)
-        if at >= 0:
-            end = max(end, at + len(mark))
+    for m in _REASONING_MARK.finditer(text):
+        end = m.end()
     return end
 
 
