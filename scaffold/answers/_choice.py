@@ -130,6 +130,7 @@ _FIRST_WORDS = ("answer", "correct", "right", "best", "true", "accurate")
 """The words :data:`_FIRST` needs (in lower case: it is case-sensitive), looked for before it is tried; its branch
 for "the most ADJ choice" needs :data:`_MOST_FITTING` instead ("most" alone is too common to be worth a scan)."""
 _MOST_FITTING = re.compile(r"most\s+[a-z]+\s+(?:choice|answer|option)\b")
+"""What the "the most ADJ choice" branch of :data:`_FIRST` needs (a literal scan for "most" first: cheap)."""
 _RIGHT_WORDS = ("correct", "right", "best", "true", "accurate")
 """The words the first branch of :data:`_NAMED_RIGHT` needs."""
 _CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "resp", "it",
@@ -151,20 +152,19 @@ _CJK_CHAR = re.compile("[\u3000-\uffff]")
 """A character of the Chinese, Japanese or Korean scripts (or wider): words written in them need one."""
 
 
-def _script(word: str) -> int:
-    """0: an ASCII word, looked for in every text; 1: a Chinese, Japanese or Korean one, looked for in a text with
-    such characters; 2: another (accented, Cyrillic, Vietnamese), looked for in a text beyond ASCII without them."""
-    return 0 if word.isascii() else 1 if _CJK_CHAR.search(word) else 2
+def _script(text: str) -> int:
+    """0: ASCII only; 1: with Chinese, Japanese or Korean characters; 2: beyond ASCII without them (accented,
+    Cyrillic, Vietnamese). A cue word is looked for in a text of script 0 or of its own script."""
+    return 0 if text.isascii() else 1 if _CJK_CHAR.search(text) else 2  # such a character is found early
 
 
-_STARTS = {(cjk, euro, named, bracketed): tuple(
+_STARTS = {(script, named, bracketed): tuple(
     (word, word in _BOUNDED) for word in _CUE_WORDS
-    if (_script(word) == 0 or (cjk if _script(word) == 1 else euro)) and (named or _NEEDS.get(word) != _NAMED)
+    if _script(word) in (0, script) and (named or _NEEDS.get(word) != _NAMED)
     and (bracketed or _NEEDS.get(word) != _BRACKETED_LETTER))
-    for cjk in (False, True) for euro in (False, True) for named in (False, True) for bracketed in (False, True)}
-"""The words to look for (and whether each needs a word boundary before it), by whether the text has letters of
-the Chinese, Japanese or Korean scripts, other letters beyond ASCII without those, an "option" or "choice", and a
-bracket (:func:`_script`)."""
+    for script in (0, 1, 2) for named in (False, True) for bracketed in (False, True)}
+"""The words to look for (and whether each needs a word boundary before it), by the text's :func:`_script`,
+whether it has an "option" or "choice", and whether it has a bracket."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
                       r"[^\n]{0,40}\Z", re.IGNORECASE)
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
@@ -294,7 +294,9 @@ class ChoiceAnswer(AnswerKind):
         if found or self._options:
             return found or None
         listed = _listed_options(text)  # the text lists its own options: "the answer is green" can be read
-        return ChoiceAnswer(choices=listed, numbered=self.numbered)._read(text, listed=True) or None if listed else None
+        if not listed:
+            return None
+        return ChoiceAnswer(choices=listed, numbered=self.numbered)._read(text, listed=True) or None
 
     def _read(self, text: str, *, listed: bool = False) -> str | None:
         """The choice a text states; ``""`` when its final statement names no single option (``listed``: the
@@ -414,8 +416,9 @@ class ChoiceAnswer(AnswerKind):
         return start  # a value or a sentence that is no option: "Answer: 54" without the options
 
     def _alone(self, lines: list[str], listed: bool = False) -> str | None:
-        """With no box or cue: the last line that is only a choice, a last line that is an option ("(D) 18"), or
-        an option the text names (:meth:`_named_option`)."""
+        """With no box or cue: the last line that is only a choice, a last line that is an option ("(D) 18") or
+        gives one (:meth:`_given`), a line that is an option's letter and text (not one of the text's own listing,
+        ``listed``), or an option the text names (:meth:`_named_option`)."""
         for line in reversed(lines):
             m = _LINE.match(line)
             if m and m.group(1).upper() in self.letters and (m.group(1).isupper() or "(" in line or ":" in line):
@@ -592,8 +595,7 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
     """Every cue of a cleaned text (``low``: its lower case), in order."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
-    cjk = not low.isascii() and _CJK_CHAR.search(low) is not None  # found early in such a text
-    words = _STARTS[(cjk, not cjk and not low.isascii(), "option" in low or "choice" in low, "(" in low or "[" in low)]
+    words = _STARTS[(_script(low), "option" in low or "choice" in low, "(" in low or "[" in low)]
     return _matches_at_words(_CUE, clean, low, words)
 
 
