@@ -465,6 +465,30 @@ def test_a_row_the_database_refuses_fails_the_import_by_name_and_importing_again
     assert [o.correct for o in load_report(store, "elsewhere").outcomes] == [True, False, None]
 
 
+def test_an_import_counts_every_refused_row_beyond_what_the_writer_remembers(store, monkeypatch):
+    """The writer remembers only its latest refusals (``_REFUSED_KEPT``); the import counts the refused rows from the
+    store, so with room for one it still reports both refused rows, the first by name."""
+    from scaffold.store import _writer
+    from scaffold.store._codec import CALL_COLUMNS
+
+    add_calls = store.writer._add_calls
+    position = CALL_COLUMNS.index("index")
+
+    def tampered(batch, rows):
+        add_calls(batch, rows)
+        for run in ("many-0", "many-2"):
+            row = batch.calls.get(f"{run}/outputs#0")
+            if row is not None:
+                batch.calls[row[0]] = (*row[:position], 2**70, *row[position + 1:])
+
+    monkeypatch.setattr(store.writer, "_add_calls", tampered)
+    monkeypatch.setattr(_writer, "_REFUSED_KEPT", 1)
+    with pytest.raises(sf.RecordError) as refused:
+        store.import_outputs(ROWS, name="many")
+    assert "refused 2 of 3 rows" in str(refused.value) and "the first, row 0" in str(refused.value)
+    assert [store.run(f"many-{i}").status for i in range(3)] == ["error", "ok", "error"]
+
+
 _ROW = st.fixed_dictionaries(
     {"problem": st.text(min_size=1, max_size=20).filter(str.strip),
      "outputs": st.lists(_OUTPUT | _TEXTS, min_size=1, max_size=4)},

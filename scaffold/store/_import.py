@@ -181,7 +181,11 @@ def _import(store: Store, source: str | os.PathLike[str] | Iterable[Mapping[str,
                 yield from _run_records(run_ids[item], item, row, inputs, kind, dataset, rewarded)
 
     store.writer.write(records())  # in this thread, in batches (no hand-over to the writer thread)
-    refused = [(at, why) for (at, _), run_id in zip(found, run_ids) if (why := store.writer.refusal(run_id))]
+    # the runs the store refused end as ``error`` (the store counts them all; the writer remembers only its latest
+    # refusals, but also those whose run row itself was refused)
+    ended = {run.id: run.error for run in store.runs(dataset=dataset, status="error")}
+    refused = [(at, why) for (at, _), run_id in zip(found, run_ids)
+               if (why := store.writer.refusal(run_id) or ended.get(run_id))]
     if refused:
         raise RecordError(f"{where}: the store refused {len(refused)} of {len(rows)} rows (the first, {refused[0][0]}: "
                           f"{refused[0][1]}); the others are recorded, and importing again as {name!r} records the "
