@@ -24,7 +24,6 @@ Usage: python benchmarks/answers.py
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -35,41 +34,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import scaffold as sf  # noqa: E402
 from scaffold._answers import equivalent, extract_boxed  # noqa: E402
-from scaffold.answers import ChoiceAnswer, MathAnswer  # noqa: E402
+from scaffold.answers import MathAnswer  # noqa: E402
 from scaffold.testing import ScriptedBackend  # noqa: E402
 
-CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from choice_corpus import choice_of as kind_of  # noqa: E402  (the corpus and its split, as the tests read them)
+from choice_corpus import corpus, held_out  # noqa: E402
+
 EIGHT = ["Paris", "The capital is Lyon", "paris, France", "Marseille", "Lyon it is", "It's Paris",
          "Marseille, surely", "the city of Lyon"]
 """The judged vote's fixed list: eight answers in three clusters (the test of judged votes uses the same)."""
-
-
-def corpus() -> list[dict[str, Any]]:
-    rows = []
-    for path in sorted(CORPUS.glob("choice_phrasings_*.jsonl")):
-        rows += [json.loads(line) | {"file": path.stem} for line in path.read_text().splitlines() if line.strip()]
-    return rows
-
-
-WHOLE = {"blind2": False, "blind4": True}
-"""Sets kept whole on one side of the split: ``blind2`` was read in full while developing the extractor (so it is
-development data); ``blind4`` was collected blind and is never read (later changes read the development half
-only), and is held out. Every other set is split in half by a hash of the text (only the development half of a
-set is read while developing)."""
-
-
-def held_out(row: dict[str, Any]) -> bool:
-    for name, held in WHOLE.items():
-        if name in row["file"]:
-            return held
-    return int(hashlib.sha256(row["text"].encode()).hexdigest(), 16) % 2 == 1
-
-
-def kind_of(row: dict[str, Any]) -> ChoiceAnswer:
-    """The kind a user of the row's source would set: its options when the row gives them, and ``numbered`` where
-    the source's prompt numbered the options 1, 2, ... (a row's ``numbered``)."""
-    choices = tuple(row["choices"]) if row.get("choices") else None
-    return ChoiceAnswer(choices=choices, numbered=bool(row.get("numbered")))
 
 
 def accuracy(rows: list[dict[str, Any]], read: Any) -> float:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from choice_corpus import choice_of, corpus, held_out
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -23,37 +21,6 @@ from scaffold.answers import (
     kind_names,
     normalise_text,
 )
-
-DATA = Path(__file__).parent / "data"
-
-
-def corpus() -> list[dict]:
-    """The hand-labelled phrasings of multiple-choice answers: written, and real model outputs (see the .md files)."""
-    rows = []
-    for path in sorted(DATA.glob("choice_phrasings_*.jsonl")):
-        rows += [json.loads(line) | {"file": path.name} for line in path.read_text().splitlines() if line.strip()]
-    return rows
-
-
-WHOLE = {"blind2": False, "blind4": True}
-"""Sets kept whole on one side of the split: ``blind2`` was read in full while developing the extractor (so it is
-development data); ``blind4`` was collected blind and is never read (later changes read the development half
-only), and is held out. Every other set is split in half by a hash of the text (only the development half of a
-set is read while developing)."""
-
-
-def held_out(row: dict) -> bool:
-    """The corpus's split (the benchmark's): :data:`WHOLE` sets on their side, the others by a hash of the text."""
-    for name, held in WHOLE.items():
-        if name in row["file"]:
-            return held
-    return int(hashlib.sha256(row["text"].encode()).hexdigest(), 16) % 2 == 1
-
-
-def choice_of(row: dict) -> ChoiceAnswer:
-    """The kind for a corpus row: its options if given, numbered where its source numbered them."""
-    choices = tuple(row["choices"]) if row.get("choices") else None
-    return ChoiceAnswer(choices=choices, numbered=bool(row.get("numbered")))
 
 
 def test_the_corpus_is_large_labelled_and_mostly_real() -> None:
