@@ -158,6 +158,22 @@ def test_choice_reads_an_option_given_and_one_said_to_be_the_most_fitting(text: 
     assert ChoiceAnswer().extract(text) == letter
 
 
+@pytest.mark.parametrize(("text", "letter"), [
+    ("A) Incorrect - it binds the wrong site.\nB) Correct - it blocks the channel.\nC) Incorrect - no.", "B"),
+    ("- **A) Incorreta.** Não.\n- **B) Correta.** Sim.\n- **C) Incorreta.** Não.", "B"),  # Portuguese, in bold
+    ("A: incorrect, too small.\nB: wrong unit.\nC: correct, as computed.\nD: incorrect.", "C"),
+    ("- **G**: Incorrect. More is needed.\n- **I**: Correct. All nutrients.\n- **J**: Incorrect. Both", "I"),
+    ("A) Correct - yes.\nB) Correct - also.\nC) Incorrect.", None),  # two said right: no single choice
+    ("A) Incorrect.\nB) Incorrect.", None),  # none said right
+    ("A) Correctly stated.\nB) Correctly stated too.\nC) Incorrect.\nThe answer is (A).", "A"),  # no verdicts
+    ("A) Incorrect.\nB) Correct.\nC) Incorrect.\n\nAnswer: C", "C"),  # a cue states the choice
+])
+def test_options_weighed_one_per_line_choose_the_one_said_right(text: str, letter: str | None) -> None:
+    """A walk-through whose lines open with their verdicts ("A) Incorrect - ...") chooses its one option said
+    right, when no box or cue states a choice."""
+    assert ChoiceAnswer().extract(text) == letter
+
+
 def test_the_lines_of_a_texts_own_listing_state_no_choice() -> None:
     """A text that lists its options is read with them, but the listing's own lines choose nothing: a text cut
     off while it weighs them states no choice, and an option's line repeated after the listing does."""

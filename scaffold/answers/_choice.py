@@ -113,6 +113,15 @@ _OPTION_VERDICT = re.compile(r"\s*(?:[-*•+]\s*)?(?:option\s+)?\(?([A-J])[.):]\
                              r"(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(correct|right|true|accurate|best)\b[^\n]*",
                              re.IGNORECASE)
 """An option's line with a verdict that it is right ("- B. text: This is correct because ...")."""
+_VERDICT_LINE = re.compile(
+    r"[ \t]*(?:[-*•+][ \t]*)?(?:option[ \t]+)?[\(\[]?([A-J])[ \t]*[\)\].:：][ \t]*[-–—:]?[ \t]*"
+    r"(?:(?P<no>incorrect|not[ \t]+correct|wrong|incorret[ao]|incorrect[ao]|incorrecte|falsch|неверн|неправильн|sai\b"
+    r"|错误|錯誤|不正确|不正確|误|錯)|(?P<yes>correct|right|corret[ao]|correct[ao]|correcte|richtig|верн|правильн"
+    r"|đúng|正确|正確|对|對))(?![a-z])", re.IGNORECASE)
+"""An option's line that opens with its verdict ("A) Incorrect - ...", "- B) Correct. ...", "C: correta."): options
+weighed one per line, each said right or wrong."""
+_VERDICT_WORDS = ("orrect", "ORRECT", "rong", "RONG", "ight", "IGHT")
+"""What an ASCII text needs for :data:`_VERDICT_LINE` to match in it (looked for before it is tried)."""
 _LIST_ITEM = re.compile(r"\s*(?:[-*•+]|\d{1,2}[.)])\s*")
 _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
 _ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
@@ -325,7 +334,13 @@ class ChoiceAnswer(AnswerKind):
             lines.pop()
         line = lines[-1].strip() if lines else ""
         tail = _last_sentence(line)  # the text's last sentence
-        return (self._alone(lines, listed) or self._bold_option(text) or self._last_bracketed(tail)
+        alone = self._alone(lines, listed)
+        if alone:
+            return alone
+        verdict = self._verdicts(lines) if not clean.isascii() or _contains(clean, _VERDICT_WORDS) else None
+        if verdict is not None:  # options weighed one per line, each said right or wrong: "" when not one is right
+            return verdict
+        return (self._bold_option(text) or self._last_bracketed(tail)
                 or self._leading(_after_thinking(clean)) or self._only_bracketed(clean) or self._judged_option(lines)
                 or self._final_letter(line, tail.strip()))
 
@@ -490,6 +505,20 @@ class ChoiceAnswer(AnswerKind):
             if m is not None:
                 right.add(m.group(1))
         return right.pop() if len(right) == 1 and next(iter(right)) in self.letters else None
+
+    def _verdicts(self, lines: list[str]) -> str | None:
+        """Options weighed one per line, each opening with its verdict ("A) Incorrect - ...", "B) Correct - ...",
+        "C) Incorrect - ..."): the one said right, ``""`` when not exactly one is (none, or several), ``None`` when
+        fewer than two options are weighed so. The last verdict on an option counts."""
+        said: dict[str, bool] = {}
+        for line in lines:
+            m = _VERDICT_LINE.match(line)
+            if m is not None:
+                said[m.group(1)] = m.group("yes") is not None
+        if len(said) < 2:
+            return None
+        right = [letter for letter, yes in said.items() if yes]
+        return right[0] if len(right) == 1 and right[0] in self.letters else ""
 
     def _final_letter(self, line: str, sentence: str) -> str | None:
         """With nothing else stated: the one letter the text's last sentence (``sentence``, of its last ``line``)
@@ -661,11 +690,12 @@ _REASONING_MARK = re.compile("|".join(re.escape(mark) for mark in _REASONING_END
 
 
 def _listed_options(text: str) -> tuple[str, ...] | None:
-    """The options a text lists itself, A first, each on its own line ("A: ...", "(B) ..."); ``None`` for fewer
-    than two."""
+    """The options a text lists itself, A first, each on its own line ("A: ...", "(B) ..."; not a line that opens with
+    a verdict, "B) Incorrect."); ``None`` for fewer than two."""
     listed: dict[str, str] = {}
     for m in _OPTION_LINE.finditer(text):
-        listed.setdefault(m.group(1), m.group(2).strip())
+        if not _VERDICT_LINE.match(m.group()):  # "B) Incorrect.": an option weighed, not listed
+            listed.setdefault(m.group(1), m.group(2).strip())
     count = 0
     while count < len(LETTERS) and LETTERS[count] in listed:
         count += 1
