@@ -167,11 +167,37 @@ def test_choice_reads_an_option_given_and_one_said_to_be_the_most_fitting(text: 
     ("A) Incorrect.\nB) Incorrect.", None),  # none said right
     ("A) Correctly stated.\nB) Correctly stated too.\nC) Incorrect.\nThe answer is (A).", "A"),  # no verdicts
     ("A) Incorrect.\nB) Correct.\nC) Incorrect.\n\nAnswer: C", "C"),  # a cue states the choice
+    ("A) True\nB) False\nC) False\nD) False", "A"),  # true or false
+    ("A) True\nB) False\nC) True\nD) False", None),  # two true: no single choice
 ])
 def test_options_weighed_one_per_line_choose_the_one_said_right(text: str, letter: str | None) -> None:
     """A walk-through whose lines open with their verdicts ("A) Incorrect - ...") chooses its one option said
     right, when no box or cue states a choice."""
     assert ChoiceAnswer().extract(text) == letter
+
+
+@pytest.mark.parametrize(("text", "letter"), [
+    ("This directly contradicts Statement 4, making **C** the correct answer. The others are less tied.", "C"),
+    ("Russia and Greece smoke more than France, leaving option A as the best choice.", "A"),
+    ("So it is (B). Russia smokes more, making A the correct choice.", "A"),  # "A" made the answer: no article
+    ("The incorrect statement is (B).", "B"),  # a question asking which is wrong
+    ("La respuesta incorrecta es: C.", "C"),
+    ("Therefore, all statements (A), (B), (C), and (D) are correct.", None),  # every option right
+    ("(A) is correct. (B) is correct. (C) is correct.\n\nTherefore, all options are correct.", None),
+    ("All options are correct except C, so the answer is C.", "C"),
+    ("The most common cause is:\n\nD. Schistosomiasis\n\n###Rationale:\nIt is prevalent in the region.", "D"),
+    (": D \nExplanation: materiality levels do matter.\nReferences: AICPA (2020).", None),  # a cut fragment
+    ("FIRST CHOICE: B\nSECOND CHOICE: D\nTHIRD CHOICE: C", "B"),  # a ranked answer in capitals
+])
+def test_choice_reads_a_letter_made_the_answer_negative_questions_and_answers_before_their_rationale(
+        text: str, letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
+def test_numbered_options_read_a_qualified_answer_word_before_the_number() -> None:
+    numbered = ChoiceAnswer(numbered=True)
+    assert numbered.extract("La respuesta correcta es 3") == "C"
+    assert numbered.extract("\\n\\nLa respuesta incorrecta es: 2. Las cifras de glucemia.") == "B"
 
 
 def test_the_lines_of_a_texts_own_listing_state_no_choice() -> None:
@@ -330,10 +356,10 @@ def test_a_loop_of_cues_naming_nothing_is_read_with_bounded_work(monkeypatch: py
     reads = 0
     after_cue = ChoiceAnswer._after_cue
 
-    def counted(self: ChoiceAnswer, clean: str, at: int) -> str | None:
+    def counted(self: ChoiceAnswer, clean: str, at: int, made: bool = False) -> str | None:
         nonlocal reads
         reads += 1
-        return after_cue(self, clean, at)
+        return after_cue(self, clean, at, made)
 
     from scaffold.answers import _choice as c
 

@@ -71,11 +71,14 @@ _CUE = re.compile(
     r"must\s+be|=|:|：|-|–|—)?"
     r"|\b(?:correct|right|best|final|only\s+correct)\s+(?:option|choice|letter|response|selection)\s*"
     r"(?:(?:here\s+)?is|would\s+be|should\s+be|=|:|：)?"
-    r"|\b(?:correct|best|closest|right|only|most\s+(?:\w+\s+){0,2}?)\s*"
+    r"|\b(?:correct|incorrect|best|closest|right|only|most\s+(?:\w+\s+){0,2}?)\s*"
     r"(?:answer|option|choice|statement|response|match)(?:\s+[\w,']+){0,8}?\s+(?:is|would\s+be)\s*:?"
+    r"|\b(?:mak(?:e|es|ing)|leav(?:e|es|ing))\s+(?=(?:(?:option|choice)\s+)?[\(\[]?[A-J][\)\]]?\s+(?:as\s+)?(?:the\s+)?"
+    r"(?:correct|right|best|only\s+correct|most\s+[a-z]+)\s+(?:answer|option|choice)\b)"
     r"|\b(?:option|choice)\s+(?:is|would\s+be)|=\s*(?=(?:option|choice)\s)|\bwhich\s+is\s+(?=(?:option|choice)\s)"
     r"|\bresponse\s*[:：]"
-    r"|\b(?:resposta|respuesta|réponse|antwort)(?:\s+(?:correta|correcta|certa|final|finale|correcte|richtige))?"
+    r"|\b(?:resposta|respuesta|réponse|antwort)(?:\s+(?:correta|correcta|incorreta|incorrecta|certa|final|finale|correcte"
+    r"|incorrecte|richtige|falsche))?"
     r"\s*(?:é|es|est|ist|:|：|-|–)?"
     r"|\b(?:правильный\s+)?ответ\s*(?:[:：\-–—]|это)?|\bđáp\s+án(?:\s+đúng)?(?:\s+là)?\s*[:：]?|\bit(?:'s|\s+is)(?=\s*[\(\[][A-Ja-j][\)\]])"
     r"|\b(?:i|we)\s*(?:would\s+|will\s+|'ll\s+|'d\s+|shall\s+|should\s+|must\s+|can\s+)?"
@@ -115,12 +118,12 @@ _OPTION_VERDICT = re.compile(r"\s*(?:[-*•+]\s*)?(?:option\s+)?\(?([A-J])[.):]\
 """An option's line with a verdict that it is right ("- B. text: This is correct because ...")."""
 _VERDICT_LINE = re.compile(
     r"[ \t]*(?:[-*•+][ \t]*)?(?:option[ \t]+)?[\(\[]?([A-J])[ \t]*[\)\].:：][ \t]*[-–—:]?[ \t]*"
-    r"(?:(?P<no>incorrect|not[ \t]+correct|wrong|incorret[ao]|incorrect[ao]|incorrecte|falsch|неверн|неправильн|sai\b"
-    r"|错误|錯誤|不正确|不正確|误|錯)|(?P<yes>correct|right|corret[ao]|correct[ao]|correcte|richtig|верн|правильн"
-    r"|đúng|正确|正確|对|對))(?![a-z])", re.IGNORECASE)
-"""An option's line that opens with its verdict ("A) Incorrect - ...", "- B) Correct. ...", "C: correta."): options
-weighed one per line, each said right or wrong."""
-_VERDICT_WORDS = ("orrect", "ORRECT", "rong", "RONG", "ight", "IGHT")
+    r"(?:(?P<no>incorrect|not[ \t]+correct|wrong|false|incorret[ao]|incorrect[ao]|incorrecte|falsch|fals[ao]|faux"
+    r"|неверн|неправильн|sai\b|错误|錯誤|不正确|不正確|误|錯)|(?P<yes>correct|right|true|corret[ao]|correct[ao]|correcte"
+    r"|richtig|wahr|verdadeir[ao]|verdader[ao]|vrai|верн|правильн|đúng|正确|正確|对|對))(?![a-z])", re.IGNORECASE)
+"""An option's line that opens with its verdict ("A) Incorrect - ...", "- B) Correct. ...", "C: correta.", "D) True"):
+options weighed one per line, each said right or wrong (true or false)."""
+_VERDICT_WORDS = ("orrect", "ORRECT", "rong", "RONG", "ight", "IGHT", "rue", "RUE", "alse", "ALSE")
 """What an ASCII text needs for :data:`_VERDICT_LINE` to match in it (looked for before it is tried)."""
 _LIST_ITEM = re.compile(r"\s*(?:[-*•+]|\d{1,2}[.)])\s*")
 _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
@@ -142,18 +145,22 @@ _MOST_FITTING = re.compile(r"most\s+[a-z]+\s+(?:choice|answer|option)\b")
 """What the "the most ADJ choice" branch of :data:`_FIRST` needs (a literal scan for "most" first: cheap)."""
 _RIGHT_WORDS = ("correct", "right", "best", "true", "accurate")
 """The words the first branch of :data:`_NAMED_RIGHT` needs."""
-_CUE_WORDS = ("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "resp", "it",
+_CUE_WORDS = ("ans", "correct", "incorrect", "mak", "leav",
+              "right", "best", "final", "closest", "most", "option", "choice", "resp", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
               "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which", "antwort", "réponse",
               "ответ", "đáp")
 """Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
 at every character)."""
-_BOUNDED = frozenset(("ans", "correct", "right", "best", "final", "closest", "most", "option", "choice", "resp",
+_BOUNDED = frozenset(("ans", "correct", "incorrect", "mak", "leav",
+                      "right", "best", "final", "closest", "most", "option", "choice", "resp",
                       "it", "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "only", "which", "antwort",
                       "réponse", "ответ", "đáp"))
 """The words of :data:`_CUE_WORDS` that start a cue only after a word boundary (each branch of :data:`_CUE` that
 starts with one opens with ``\\b``)."""
 _NAMED, _BRACKETED_LETTER = 1, 2
+_MADE = ("mak", "leav")
+"""The cue words of a cue that makes a letter the answer ("making A the correct answer")."""
 _NEEDS = {"=": _NAMED, "which": _NAMED, "it": _BRACKETED_LETTER}
 """Words whose only branch of :data:`_CUE` needs more of the text: "= option B" and "which is option B" an
 "option" or a "choice", "it's (B)" a bracket."""
@@ -189,6 +196,12 @@ _NONE_AFTER = re.compile(
     r"them)|neither\b|no\s+(?:correct\s+)?(?:option|choice|answer)\b)"
     r"|\s+(?:cannot|can't|can\s+not)\s+be\s+(?:determined|decided|known)", re.IGNORECASE)
 """After "answer": a statement that no option is the answer ("the answer is none of the above")."""
+_ALL_RIGHT = re.compile(
+    r"\ball\s+(?:(?:of\s+)?the\s+)?(?:two\s+|three\s+|four\s+|five\s+|given\s+)?(?:options|statements|choices|answers)\b"
+    r"[^.\n]{0,60}?\b(?:are|were)\s+(?:all\s+)?(?:correct|true|right|valid)\b(?![^.\n]{0,40}\b(?:except|but)\b)",
+    re.IGNORECASE)
+"""A last line saying every option is right ("Therefore, all statements (A), (B), (C) and (D) are correct."): no
+single choice (not "all options are correct except C")."""
 _NONE_CJK = re.compile(r"以上(?:选项)?(?:都|均)(?:不|错)|都不(?:对|正确)|无法(?:确定|判断|选择)"
                        r"|(?:题目|选项)(?:可能)?有误|(?:정답|답)\s*(?:은|는)?\s*[:：]?\s*없")
 """A Chinese or Korean statement that no option is the answer ("以上选项都不对", "题目可能有误", "정답: 없음")."""
@@ -317,7 +330,8 @@ class ChoiceAnswer(AnswerKind):
             found = self._read(text[end:], listed=listed) if text[end:].strip() else None
             if found is not None:
                 return found
-        if "irst" in text and "econd" in text and (ranked := _RANKED.search(text)) is not None:  # "First Choice: B"
+        if (("irst" in text and "econd" in text) or ("IRST" in text and "ECOND" in text)) and (
+                ranked := _RANKED.search(text)) is not None:  # "First Choice: B"
             return ranked.group(1).upper() if ranked.group(1).upper() in self.letters else ""
         for window in WINDOWS:  # the end first: a choice stated there is the last one stated
             if window < len(text):
@@ -334,7 +348,7 @@ class ChoiceAnswer(AnswerKind):
             lines.pop()
         line = lines[-1].strip() if lines else ""
         tail = _last_sentence(line)  # the text's last sentence
-        alone = self._alone(lines, listed)
+        alone = self._alone(lines, listed) or self._before_rationale(clean, listed)
         if alone:
             return alone
         verdict = self._verdicts(lines) if not clean.isascii() or _contains(clean, _VERDICT_WORDS) else None
@@ -370,7 +384,7 @@ class ChoiceAnswer(AnswerKind):
         for m in reversed(_cues(clean, low)[-_CUES_TRIED:]):  # the last cue stating a choice is the one that counts
             before = max(0, m.start() - 60)  # an echoed example's words come just before its cue
             if not (_contains(low[before: m.start()], examples) and _EXAMPLE.search(clean, before, m.start())):
-                letter = self._after_cue(clean, m.end())
+                letter = self._after_cue(clean, m.end(), made=low.startswith(_MADE, m.start()))
                 if letter is not None:
                     found(m.start(), letter)
                     break
@@ -416,6 +430,8 @@ class ChoiceAnswer(AnswerKind):
                 return at
             at = low.find("answer", at + 6)
         if not last.isascii() and (m := _NONE_CJK.search(last)) is not None:
+            return start + m.start()
+        if "all" in last.lower() and (m := _ALL_RIGHT.search(last)) is not None:  # "all options are correct"
             return start + m.start()
         m = _MARKER.match(last)
         if m is None:
@@ -506,6 +522,15 @@ class ChoiceAnswer(AnswerKind):
                 right.add(m.group(1))
         return right.pop() if len(right) == 1 and next(iter(right)) in self.letters else None
 
+    def _before_rationale(self, clean: str, listed: bool) -> str | None:
+        """The choice given alone (:meth:`_alone`) just before a heading that opens its rationale: "... is:\n\nD.
+        Schistosomiasis\n\n###Rationale: ..."."""
+        rationale = _RATIONALE.search(clean) if "\n" in clean else None
+        if rationale is None:
+            return None
+        lines = [line for line in clean[: rationale.start()].splitlines() if line.strip()]
+        return self._alone(lines, listed) if lines else None
+
     def _verdicts(self, lines: list[str]) -> str | None:
         """Options weighed one per line, each opening with its verdict ("A) Incorrect - ...", "B) Correct - ...",
         "C) Incorrect - ..."): the one said right, ``""`` when not exactly one is (none, or several), ``None`` when
@@ -576,7 +601,9 @@ class ChoiceAnswer(AnswerKind):
                 return named.pop() if len(named) == 1 else None
         return None
 
-    def _after_cue(self, clean: str, at: int) -> str | None:
+    def _after_cue(self, clean: str, at: int, made: bool = False) -> str | None:
+        """The choice after a cue that ends at ``at`` (``made``: the cue makes a letter the answer, "making A the
+        correct answer", where "A" is no article)."""
         rest = clean[at: at + 200]
         m = _AFTER_CUE.match(rest)
         if m is not None:
@@ -584,7 +611,7 @@ class ChoiceAnswer(AnswerKind):
             bracketed = rest[: m.start(1)].strip() != ""
             if letter.islower() and not bracketed and not _ALONE_LOWER.match(rest):
                 letter = ""  # "the answer is a bit...": a lowercase letter counts only on its own
-            elif letter in "AI" and not bracketed and _NOT_ARTICLE.match(rest[m.start(1):]):
+            elif letter in "AI" and not bracketed and not made and _NOT_ARTICLE.match(rest[m.start(1):]):
                 letter = ""  # "the answer is A number...", "I'll choose I think"
             if letter and letter.upper() in self.letters:
                 return letter.upper()
@@ -737,10 +764,16 @@ _GIVEN_NUMBER = re.compile(r"(?:\A|[:：][ \t]*\n\s*)[ \t]*(10|[1-9])(?=[ \t]*[:
 """A number that opens a text's one line, or its last line after one that ends with a colon, followed by its option's
 text ("2: Thymoma", "3) Thymoma"; not "1. ...", which opens a numbered step as often): with numbered options, the
 option given (read as :data:`_GIVEN`)."""
+_RATIONALE = re.compile(r"\n[ \t#*>]*(?:rationale|explanation|reasoning|justification|explicaci[oó]n|explica[cç][aã]o"
+                        r"|explication|begründung|обоснование|解析|解释|理由)\b[ \t*]*[:：\n]", re.IGNORECASE)
+"""A heading that opens a rationale after the answer ("\n\n###Rationale:", "Explanation:"): what comes before it is
+the answer, read when nothing in the whole text states a choice."""
 _ONLY_NUMBER = re.compile(r"^([ \t]*[\(\[]?)(10|[1-9])(?=[\)\]]?[ \t]*[.。]?[ \t]*$)", re.MULTILINE)
 _NUMBER_AFTER = re.compile(
     r"((?:answer|정답|답|答案|答|回答|resposta|respuesta|réponse|antwort|ответ)[\"'”’\]】]?"
-    r"\s*(?:[:：=]|\s+is\b|은|는|是|为)?\s*[\"'“]?\s*[\(\[]?\s*)(10|[1-9])(?![\d.,]?\d)", re.IGNORECASE)
+    r"(?:\s+(?:correct[ao]?|incorrect[ao]?|corret[ao]|incorret[ao]|correcte|incorrecte|final|finale|richtige))?"
+    r"\s*(?:[:：=]|\s+(?:is|es|é|est|ist)\b|은|는|是|为)?\s*[:：]?\s*[\"'“]?\s*[\(\[]?\s*)(10|[1-9])(?![\d.,]?\d)",
+    re.IGNORECASE)
 _MARKER_WORDS = tuple((word, False) for word in ("answer", "정답", "답", "答", "resposta", "respuesta", "réponse",
                                                   "antwort", "ответ"))
 """Where :data:`_NUMBER_AFTER` can start (each of its words holds one of these; "答案" and "回答" hold "答")."""
