@@ -194,6 +194,20 @@ def test_choice_reads_a_letter_made_the_answer_negative_questions_and_answers_be
     assert ChoiceAnswer().extract(text) == letter
 
 
+@pytest.mark.parametrize(("text", "letter"), [
+    ("The answer is (A), (B), (C), and (D).", None),  # several letters after a cue: no single choice
+    ("So the answer is A and C.", None),
+    ("The answer is A, B is wrong.", "A"),  # another letter, but not a list that ends the statement
+    ("Final reasoning: patience is rewarded.\n\nAnswer: <E>", "E"),  # a letter in angle brackets
+    ("(e) bored: the most accurate description.\n\nThe answer is <b>", "B"),
+    ('Therefore, the answer is:\n\n```json\n{\n  "response": "H",\n  "reasoning": "x"\n}\n```', "H"),
+    ("Let's check the options:\n(A) 06/08/1933\n(B) 06/06/2017\n(C) 05/15/2017\n(D) 06/22/2017", None),  # listed
+    ("So the answer is (B) 18.", "B"),
+])
+def test_choice_reads_lists_after_cues_angle_brackets_and_json_responses(text: str, letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
 def test_numbered_options_read_a_qualified_answer_word_before_the_number() -> None:
     numbered = ChoiceAnswer(numbered=True)
     assert numbered.extract("La respuesta correcta es 3") == "C"

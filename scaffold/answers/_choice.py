@@ -59,7 +59,7 @@ _MARK_CHARS = ("*", "_", "\\", "$", "`")
 """Characters that start a mark of :data:`_MARKS` (a text without any has none)."""
 _MARKS = re.compile(r"\*\*|__|\\\(|\\\)|\\\[|\\\]|\$|`|\\displaystyle|\\left|\\right|\\quad|\\qquad|\\;|\\,|\\!")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_LETTER = r"[\(\[\{\"'“‘]?\s*([A-Ja-j])\s*[\)\]\}\"'”’]?"
+_LETTER = r"[\(\[\{\"'“‘<]?\s*([A-Ja-j])\s*[\)\]\}\"'”’>]?"
 _AFTER = r"(?=$|[\s.,;:!?)\]}'\"”’。，；：！？）<\u3000-\u9fff\uac00-\ud7a3]|\s*[-–—]|\d+\s*$)"
 _NOT_ARTICLE = re.compile(r"[Aa][ \t]+(?!is\b|are\b|was\b|and\b|or\b|because\b|since\b|as\b|with\b|for\b)[a-z]"
                           r"|I\s+(?:think|believe|would|will|am|guess|feel|choose|pick|select|go|can|must|should|"
@@ -76,7 +76,7 @@ _CUE = re.compile(
     r"|\b(?:mak(?:e|es|ing)|leav(?:e|es|ing))\s+(?=(?:(?:option|choice)\s+)?[\(\[]?[A-J][\)\]]?\s+(?:as\s+)?(?:the\s+)?"
     r"(?:correct|right|best|only\s+correct|most\s+[a-z]+)\s+(?:answer|option|choice)\b)"
     r"|\b(?:option|choice)\s+(?:is|would\s+be)|=\s*(?=(?:option|choice)\s)|\bwhich\s+is\s+(?=(?:option|choice)\s)"
-    r"|\bresponse\s*[:：]"
+    r"|\bresponse[\"'”]?\s*[:：]"
     r"|\b(?:resposta|respuesta|réponse|antwort)(?:\s+(?:correta|correcta|incorreta|incorrecta|certa|final|finale|correcte"
     r"|incorrecte|richtige|falsche))?"
     r"\s*(?:é|es|est|ist|:|：|-|–)?"
@@ -111,6 +111,10 @@ _NAMED_RIGHT = re.compile(
 _NAMED_RIGHT_HINT = re.compile(r"[A-J]\)\s+[A-Z]")
 """What the second branch of :data:`_NAMED_RIGHT` needs (the first needs a word of :data:`_RIGHT_WORDS`)."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
+_MORE_LETTERS = re.compile(r"(?:(?:[ \t]*,[ \t]*(?:and[ \t]+|or[ \t]+)?|[ \t]+(?:and|or|&)[ \t]+|[ \t]*/[ \t]*"
+                           r"|[ \t]*、[ \t]*)[\(\[]?[A-J](?![\w'’])[\)\]]?)+[ \t]*(?:[.。\n]|\Z)")
+"""More letters listed after a cue's letter, to the end of the statement ("(A), (B), (C), and (D).", "A and C"): the
+cue names no single choice."""
 _BOLD_OPTION = re.compile(r"\*\*(?:[Oo]ption\s+)?\(?([A-J])[.):]\s+[^*\n]{1,120}\*\*")
 _OPTION_VERDICT = re.compile(r"\s*(?:[-*•+]\s*)?(?:option\s+)?\(?([A-J])[.):]\s[^\n]{0,200}?\b(?:this|it|which)\s+"
                              r"(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(correct|right|true|accurate|best)\b[^\n]*",
@@ -348,6 +352,8 @@ class ChoiceAnswer(AnswerKind):
             lines.pop()
         line = lines[-1].strip() if lines else ""
         tail = _last_sentence(line)  # the text's last sentence
+        if len(lines) > 1 and _OPTION_LINE.match(line) and _OPTION_LINE.match(lines[-2]):
+            tail = ""  # the text ends in a listing of options ("(C) 05/15/2017\n(D) 06/22/2017"): no statement
         alone = self._alone(lines, listed) or self._before_rationale(clean, listed)
         if alone:
             return alone
@@ -456,7 +462,7 @@ class ChoiceAnswer(AnswerKind):
                 return m.group(1).upper()
         if lines:
             m = re.fullmatch(r"\s*[\(\[]\s*([A-J])\s*[\)\]]\s*[^()\[\]]{1,80}", lines[-1])
-            if m and m.group(1) in self.letters:
+            if m and m.group(1) in self.letters and not (len(lines) > 1 and _OPTION_LINE.match(lines[-2])):
                 return m.group(1)
         if lines and (given := self._given(lines)) is not None:
             return given
@@ -470,7 +476,11 @@ class ChoiceAnswer(AnswerKind):
                 if not listed or m.group(1) in seen:
                     stating.append(m.group(1))
                 seen.add(m.group(1))
-        return stating[-1] if stating else self._named_option(lines)
+        if stating:
+            return stating[-1]
+        if listed and _OPTION_LINE.fullmatch(lines[-1]):  # the text ends in its own listing: it names no option
+            return None
+        return self._named_option(lines)
 
     def _given(self, lines: list[str]) -> str | None:
         """A last line that gives one option, letter and text ("C: The observed number ..."), as the whole text or
@@ -614,6 +624,8 @@ class ChoiceAnswer(AnswerKind):
             elif letter in "AI" and not bracketed and not made and _NOT_ARTICLE.match(rest[m.start(1):]):
                 letter = ""  # "the answer is A number...", "I'll choose I think"
             if letter and letter.upper() in self.letters:
+                if letter.isupper() and _MORE_LETTERS.match(rest, m.end()):  # "the answer is (A), (B) and (D)."
+                    return ""
                 return letter.upper()
             if letter:
                 return None
