@@ -289,7 +289,8 @@ PIECES = st.sampled_from([
     "most ", "only ", "response: ", "答案是", "选", "是", "选项", "回答", "答え", "正解", "正しい", "適切", "정답은",
     "(", ")", "[", "]", "（", "）", "【", "】", "A", "B", "(C)", "[D]", "e", " ", "  ", "\n", ".", ". ", "! ", "? ",
     "。", "_", "x", "9", "'", "not ", "n't ", "no ", "wrong", "false", "eliminated", "rules out", "except", "不",
-    "错误", "非", "e.g. ", "for example ", "format ", "例如", "İ", "K", "ſ", "\t", "\u00a0",
+    "错误", "非", "e.g. ", "for example ", "format ", "例如", "İ", "K", "ſ", "\t", "\u00a0", "making ", "Leaves ",
+    "make", "the incorrect statement is ", "I’ll ", "’",
 ])
 """Fragments of text where the choice kind's shortcuts could matter: cue words inside and outside words, brackets,
 sentence ends, denials, echoed examples, other scripts and characters whose case changes length."""

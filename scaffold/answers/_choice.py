@@ -115,6 +115,8 @@ _MORE_LETTERS = re.compile(r"(?:(?:[ \t]*,[ \t]*(?:and[ \t]+|or[ \t]+)?|[ \t]+(?
                            r"|[ \t]*、[ \t]*)[\(\[]?[A-J](?![\w'’])[\)\]]?)+[ \t]*(?:[.。\n]|\Z)")
 """More letters listed after a cue's letter, to the end of the statement ("(A), (B), (C), and (D).", "A and C"): the
 cue names no single choice."""
+_LIST_STARTS = frozenset(", \t/、")
+"""The characters :data:`_MORE_LETTERS` can start with (looked at before it is tried)."""
 _BOLD_OPTION = re.compile(r"\*\*(?:[Oo]ption\s+)?\(?([A-J])[.):]\s+[^*\n]{1,120}\*\*")
 _OPTION_VERDICT = re.compile(r"\s*(?:[-*•+]\s*)?(?:option\s+)?\(?([A-J])[.):]\s[^\n]{0,200}?\b(?:this|it|which)\s+"
                              r"(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(correct|right|true|accurate|best)\b[^\n]*",
@@ -162,12 +164,13 @@ _BOUNDED = frozenset(("ans", "correct", "incorrect", "mak", "leav",
                       "réponse", "ответ", "đáp"))
 """The words of :data:`_CUE_WORDS` that start a cue only after a word boundary (each branch of :data:`_CUE` that
 starts with one opens with ``\\b``)."""
-_NAMED, _BRACKETED_LETTER = 1, 2
+_NAMED, _BRACKETED_LETTER, _APOSTROPHE = 1, 2, 3
 _MADE = ("mak", "leav")
 """The cue words of a cue that makes a letter the answer ("making A the correct answer")."""
-_NEEDS = {"=": _NAMED, "which": _NAMED, "it": _BRACKETED_LETTER}
+_NEEDS = {"=": _NAMED, "which": _NAMED, "it": _BRACKETED_LETTER, "(answer": _BRACKETED_LETTER,
+          "(x)": _BRACKETED_LETTER, "i'": _APOSTROPHE, "we'": _APOSTROPHE}
 """Words whose only branch of :data:`_CUE` needs more of the text: "= option B" and "which is option B" an
-"option" or a "choice", "it's (B)" a bracket."""
+"option" or a "choice", "it's (B)" a bracket, "(answer)" and "(X)" too, "I'll" and "we'd" an apostrophe."""
 _CJK_CHAR = re.compile("[\u3000-\uffff]")
 """A character of the Chinese, Japanese or Korean scripts (or wider): words written in them need one."""
 
@@ -178,13 +181,13 @@ def _script(text: str) -> int:
     return 0 if text.isascii() else 1 if _CJK_CHAR.search(text) else 2  # such a character is found early
 
 
-_STARTS = {(script, named, bracketed): tuple(
+_STARTS = {(script, named, bracketed, apostrophe): tuple(
     (word, word in _BOUNDED) for word in _CUE_WORDS
     if _script(word) in (0, script) and (named or _NEEDS.get(word) != _NAMED)
-    and (bracketed or _NEEDS.get(word) != _BRACKETED_LETTER))
-    for script in (0, 1, 2) for named in (False, True) for bracketed in (False, True)}
+    and (bracketed or _NEEDS.get(word) != _BRACKETED_LETTER) and (apostrophe or _NEEDS.get(word) != _APOSTROPHE))
+    for script in (0, 1, 2) for named in (False, True) for bracketed in (False, True) for apostrophe in (False, True)}
 """The words to look for (and whether each needs a word boundary before it), by the text's :func:`_script`,
-whether it has an "option" or "choice", and whether it has a bracket."""
+whether it has an "option" or "choice", whether it has a bracket, and whether it has an apostrophe."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
                       r"[^\n]{0,40}\Z", re.IGNORECASE)
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
@@ -437,8 +440,8 @@ class ChoiceAnswer(AnswerKind):
             at = low.find("answer", at + 6)
         if not last.isascii() and (m := _NONE_CJK.search(last)) is not None:
             return start + m.start()
-        if "all" in last.lower() and (m := _ALL_RIGHT.search(last)) is not None:  # "all options are correct"
-            return start + m.start()
+        if ("all" in last or "All" in last or "ALL" in last) and (m := _ALL_RIGHT.search(last)) is not None:
+            return start + m.start()  # "all options are correct"
         m = _MARKER.match(last)
         if m is None:
             return None
@@ -624,8 +627,9 @@ class ChoiceAnswer(AnswerKind):
             elif letter in "AI" and not bracketed and not made and _NOT_ARTICLE.match(rest[m.start(1):]):
                 letter = ""  # "the answer is A number...", "I'll choose I think"
             if letter and letter.upper() in self.letters:
-                if letter.isupper() and _MORE_LETTERS.match(rest, m.end()):  # "the answer is (A), (B) and (D)."
-                    return ""
+                listing = rest[m.end(): m.end() + 1] in _LIST_STARTS and letter.isupper()
+                if listing and _MORE_LETTERS.match(rest, m.end()):
+                    return ""  # "the answer is (A), (B) and (D).": no single choice
                 return letter.upper()
             if letter:
                 return None
@@ -663,7 +667,7 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
     """Every cue of a cleaned text (``low``: its lower case), in order."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
-    words = _STARTS[(_script(low), "option" in low or "choice" in low, "(" in low or "[" in low)]
+    words = _STARTS[(_script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)]
     return _matches_at_words(_CUE, clean, low, words)
 
 
