@@ -180,6 +180,9 @@ def test_options_weighed_one_per_line_choose_the_one_said_right(text: str, lette
     ("This directly contradicts Statement 4, making **C** the correct answer. The others are less tied.", "C"),
     ("Russia and Greece smoke more than France, leaving option A as the best choice.", "A"),
     ("So it is (B). Russia smokes more, making A the correct choice.", "A"),  # "A" made the answer: no article
+    ("The most likely diagnosis is option E: impetigo contagiosa.\n\nRationale: honey-coloured crusts.", "E"),
+    ("Looking at the options, 0.14 is option G.", "G"),
+    ("This is option A's flaw; the others hold.", None),  # an option's, not an option stated
     ("The incorrect statement is (B).", "B"),  # a question asking which is wrong
     ("La respuesta incorrecta es: C.", "C"),
     ("Therefore, all statements (A), (B), (C), and (D) are correct.", None),  # every option right
