@@ -211,6 +211,28 @@ def test_choice_reads_lists_after_cues_angle_brackets_and_json_responses(text: s
     assert ChoiceAnswer().extract(text) == letter
 
 
+@pytest.mark.parametrize(("text", "letter"), [
+    ("C。两颗星的线速度与质量成反比，所以选项C是不正确的。", "C"),  # a capital, then Chinese text
+    ("A解析：在上述选项中，A项的说法是错误的。", "A"),
+    ("A项正确，B项错误。", None),  # "A项" is option A, discussed
+    ("答案是：A. 无法确定解析：条件不足以确定 p 的值。", "A"),  # "无法确定" is option A's text here
+    ("这些条件不足以确定，因此答案无法确定。", None),  # ... and the writer's statement here
+    ("However, option A is the only choice that can be true if interpreted correctly.", "A"),
+    ("Given these evaluations, the most likely true statement is:\n\n- **c. The animal is a chimpanzee.**", "C"),
+    ("Let's weigh them for the following reasons:\n\n- **A**: Lymphocytes B make antibodies, but", None),
+])
+def test_choice_reads_leading_letters_before_chinese_text_and_options_stated_after_an_introduction(
+        text: str, letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
+def test_choice_with_options_in_chinese_or_japanese_reads_an_option_named_without_spaces() -> None:
+    kind = ChoiceAnswer(choices=("腹部造影CT", "経皮的肝生検", "薬剤リンパ球刺激試験", "血清セルロプラスミン測定",
+                                 "抗ミトコンドリア抗体測定"))
+    assert kind.extract("原発性胆汁性胆管炎が疑われ，抗ミトコンドリア抗体測定が診断に最も有用であるため。") == "E"
+    assert kind.extract("経皮的肝生検か腹部造影CTが必要である。") is None  # two options named: no single choice
+
+
 def test_numbered_options_read_a_qualified_answer_word_before_the_number() -> None:
     numbered = ChoiceAnswer(numbered=True)
     assert numbered.extract("La respuesta correcta es 3") == "C"
@@ -228,7 +250,9 @@ def test_the_lines_of_a_texts_own_listing_state_no_choice() -> None:
 
 @pytest.mark.parametrize(("text", "letter"), [
     ("2: Thymoma", "B"), ("The most likely diagnosis is:\n\n4) Decrease interocclusal distance", "D"),
-    ("1. The question asks about the season", None),  # a numbered step, not an option given
+    ("1. The question asks about the season.\n2. Summer has the longest days.", None),  # numbered steps
+    (" 1. Болезненность при пальпации в левом реберно-позвоночном", "A"),  # one line: an option given
+    ("\\n\\n3. Tardive dyskinesia is an involuntary movement disorder", "C"),  # after escaped newlines
 ])
 def test_numbered_options_read_an_option_given_by_its_number(text: str, letter: str | None) -> None:
     assert ChoiceAnswer(numbered=True).extract(text) == letter

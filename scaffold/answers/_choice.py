@@ -99,11 +99,12 @@ _CUE = re.compile(
 _FIRST = re.compile(
     r"([A-J])\s*[\)\]]?,?\s+(?:which\s+)?(?:is|would\s+be|seems|appears|remains)\s+(?:to\s+be\s+)?(?:the\s+)?"
     r"(?:(?:most\s+)?(?:correct|right|best|true|accurate|answer)\b(?!\s+only\b|\s+if\b)"
-    r"|most\s+(?!tempting|obvious|common|popular|intuitive|attractive|naive|frequent)[a-z]+\s+(?:choice|answer|option)\b)",
+    r"|most\s+(?!tempting|obvious|common|popular|intuitive|attractive|naive|frequent)[a-z]+\s+(?:choice|answer|option)\b"
+    r"|only\s+(?:(?:correct|right|valid|possible|logical|true|reasonable|plausible)\s+)?(?:choice|answer)\b)",
 )
 """A letter that says it is the answer: "(D) is the correct answer", "Option C is correct", "A remains the most
-accurate choice", "option E is the most plausible choice" (the letter must not end a word: checked where it
-matches, which lets the regex scan for its first character fast)."""
+accurate choice", "option E is the most plausible choice", "option A is the only choice that can be true" (the
+letter must not end a word: checked where it matches, which lets the regex scan for its first character fast)."""
 _NAMED_RIGHT = re.compile(
     r"\(?([A-J])\)\s+[^.\n]{1,60}?\s+(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate)\s+"
     r"(?:answer|option|choice)|\b(?:is|be)\s+(?:option\s+)?\(?([A-J])\)\s+(?=[A-Z])")
@@ -140,12 +141,14 @@ _LETTER_AND_TEXT = re.compile(r"(?:[\(\[]\s*([A-J])\s*[\)\]]|([A-J])\s*[).:])\s*
 _ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.):：\n。、<]|[\u3000-\u9fff])")
 _CJK_RIGHT = re.compile(r"(?:选项\s*([A-J])|([A-J])\s*选项)\s*(?:是|为)?\s*(?:正确|對|对)(?!与否)")
 """A Chinese statement that an option is right: "选项A正确", "A选项是正确的"."""
-_LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|\s*\(|\s*\n|\s*$)", re.IGNORECASE)
-"""A text that opens with its choice, answer first: "c (retinal photocoagulation)", "b. add heparin", "d\n..."."""
+_LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|\s*\(|\s*\n|\s*$"
+                      r"|(?<=[A-J])[。、，]?(?![项項選选])[\u3400-\u9fff])", re.IGNORECASE)
+"""A text that opens with its choice, answer first: "c (retinal photocoagulation)", "b. add heparin", "d\n...",
+"C。两颗星的线速度...", "A解析：..." (a capital followed by Chinese or Japanese text, not "A项", option A)."""
 _DENIED = re.compile(r"\b(?:not|n't|no|wrong|incorrect|false|eliminate[sd]?|rule[sd]? out|except)\b|不|错误|非",
                      re.IGNORECASE)
 _BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
-_FIRST_WORDS = ("answer", "correct", "right", "best", "true", "accurate")
+_FIRST_WORDS = ("answer", "correct", "right", "best", "true", "accurate", "choice")
 """The words :data:`_FIRST` needs (in lower case: it is case-sensitive), looked for before it is tried; its branch
 for "the most ADJ choice" needs :data:`_MOST_FITTING` instead ("most" alone is too common to be worth a scan)."""
 _MOST_FITTING = re.compile(r"most\s+[a-z]+\s+(?:choice|answer|option)\b")
@@ -210,6 +213,8 @@ _ALL_RIGHT = re.compile(
     re.IGNORECASE)
 """A last line saying every option is right ("Therefore, all statements (A), (B), (C) and (D) are correct."): no
 single choice (not "all options are correct except C")."""
+_LETTER_BEFORE = re.compile(r"[A-J][ \t]*[.．、:：)][ \t]*\Z")
+"""An option's letter just before a statement (its text, not the writer's)."""
 _NONE_CJK = re.compile(r"以上(?:选项)?(?:都|均)(?:不|错)|都不(?:对|正确)|无法(?:确定|判断|选择)"
                        r"|(?:题目|选项)(?:可能)?有误|(?:정답|답)\s*(?:은|는)?\s*[:：]?\s*없")
 """A Chinese or Korean statement that no option is the answer ("以上选项都不对", "题目可能有误", "정답: 없음")."""
@@ -221,8 +226,11 @@ _JA_RIGHT = re.compile(r"(?<![A-Za-z])([A-Ja-j])\s*[:：.．)]\s*[^。\n\]]{0,40
 _PLEASANTRY = re.compile(r"\s*(?:I\s+hope\s+(?:this|that|it)\s+helps|hope\s+this\s+helps|let\s+me\s+know|feel\s+free|"
                          r"if\s+you\s+have\s+any\s+(?:other|more|further)|good\s+luck)", re.IGNORECASE)
 """A closing courtesy line, passed over when looking for a text's last statement."""
-_GIVEN = re.compile(r"[ \t]*([A-J])[ \t]*[:：.)][ \t]*\S[^\n]{0,200}")
-"""A line that gives one option, its letter and its text ("C: The observed number of deaths ...")."""
+_GIVEN = re.compile(r"[ \t]*(?:[-*•+][ \t]*)?([A-Ja-j])[ \t]*[:：.)][ \t]*\S[^\n]{0,200}")
+"""A line that gives one option, its letter and its text ("C: The observed number of deaths ...", "- c. The animal
+is a chimpanzee." after an introduction that states the answer)."""
+_STATING = re.compile(r"\b(?:is|would\s+be)[ \t*]*[:：]\Z", re.IGNORECASE)
+"""A line that introduces the answer itself ("... the most likely true statement is:"), not options to weigh."""
 _OPTIONS_WORDS = ("option", "choice", "each", "following", "选项", "選択肢", "선택지", "보기", "各")
 """Words of a line that introduces options to weigh ("Let's look at each option:"), not the option given."""
 _ANOTHER_OPTION = re.compile(r"(?<![A-Za-z])[A-J][ \t]*[:：)]")
@@ -439,7 +447,8 @@ class ChoiceAnswer(AnswerKind):
             if _NONE_AFTER.match(low, at + 6) and not _EXAMPLE.search(last, 0, at - start):
                 return at
             at = low.find("answer", at + 6)
-        if not last.isascii() and (m := _NONE_CJK.search(last)) is not None:
+        if not last.isascii() and (m := _NONE_CJK.search(last)) is not None and not _LETTER_BEFORE.search(
+                last, max(0, m.start() - 4), m.start()):  # "A. 无法确定" gives option A's text
             return start + m.start()
         if ("all" in last or "All" in last or "ALL" in last) and (m := _ALL_RIGHT.search(last)) is not None:
             return start + m.start()  # "all options are correct"
@@ -489,17 +498,21 @@ class ChoiceAnswer(AnswerKind):
     def _given(self, lines: list[str]) -> str | None:
         """A last line that gives one option, letter and text ("C: The observed number ..."), as the whole text or
         after a line that introduces it with a colon ("The primary measure can be defined as:"). Not when another
-        line lists an option (a listing, or options weighed one by one) or the introduction speaks of options."""
+        line lists an option (a listing, or options weighed one by one) or the introduction speaks of options, unless
+        the introduction states the answer ("the most likely true statement is:", :data:`_STATING`)."""
         m = _GIVEN.fullmatch(lines[-1])
-        if m is None or m.group(1) not in self.letters or _ANOTHER_OPTION.search(lines[-1], m.end(1) + 1):
+        if m is None or m.group(1).upper() not in self.letters or _ANOTHER_OPTION.search(lines[-1], m.end(1) + 1):
             return None
+        stating = len(lines) > 1 and _STATING.search(lines[-2].rstrip(" *")) is not None
+        if not stating and (m.group(1).islower() or not lines[-1].lstrip()[:1].isalnum()):
+            return None  # a bullet or a small letter ("- **A**: ...", "a. It"): an option weighed, unless stated
         if len(lines) > 1:
             intro = lines[-2].rstrip(" *")
-            if not intro.endswith((":", "：")) or _contains(intro.lower(), _OPTIONS_WORDS):
+            if not intro.endswith((":", "：")) or (not stating and _contains(intro.lower(), _OPTIONS_WORDS)):
                 return None
-            if any(_OPTION_LINE.match(line) for line in lines[:-1]):
+            if not stating and any(_OPTION_LINE.match(line) for line in lines[:-1]):
                 return None
-        return m.group(1)
+        return m.group(1).upper()
 
     def _last_bracketed(self, tail: str) -> str | None:
         """The one bracketed letter of the text's last sentence (``tail``): "... so it takes 10 days. (C)", "... is
@@ -644,9 +657,15 @@ class ChoiceAnswer(AnswerKind):
         return None
 
     def _named_in(self, sentence: str) -> set[str]:
-        """The letters of the options whose text a sentence holds, as whole words."""
+        """The letters of the options whose text a sentence holds, as whole words (an option written in Chinese or
+        Japanese characters anywhere in it)."""
         words = _words(sentence)
-        return {letter for text, letter in self._words.items() if text and f" {text} " in words}
+        named = {letter for text, letter in self._words.items() if text and f" {text} " in words}
+        if not sentence.isascii():  # Chinese or Japanese option texts, named without spaces around them
+            flat = _plain(sentence)
+            named |= {letter for text, letter in self._options.items()
+                      if len(text) >= 2 and _CJK_CHAR.search(text) and text in flat}
+        return named
 
     def _as_choice(self, content: str) -> str | None:
         """The letter a short answer (a boxed content, a reference) names, ``None`` when it names none."""
@@ -785,6 +804,11 @@ _RATIONALE = re.compile(r"\n[ \t#*>]*(?:rationale|explanation|reasoning|justific
                         r"|explication|begründung|обоснование|解析|解释|理由)\b[ \t*]*[:：\n]", re.IGNORECASE)
 """A heading that opens a rationale after the answer ("\n\n###Rationale:", "Explanation:"): what comes before it is
 the answer, read when nothing in the whole text states a choice."""
+_ONE_NUMBERED_LINE = re.compile(
+    r"(?:\s|\\n)*(10|[1-9])(?=[.:)][ \t]+(?![*_#])[^\s:*](?:(?!\\n)[^\n:*]){0,300}(?:\s|\\n)*\Z)")
+"""A text that is one line opening with a number and its option's text (" 1. Болезненность при пальпации ...",
+"\\n\\n3. Tardive dyskinesia is ..."): with numbered options, the option given (numbered steps take more lines; a
+line with a heading in bold or a colon is a step)."""
 _ONLY_NUMBER = re.compile(r"^([ \t]*[\(\[]?)(10|[1-9])(?=[\)\]]?[ \t]*[.。]?[ \t]*$)", re.MULTILINE)
 _NUMBER_AFTER = re.compile(
     r"((?:answer|정답|답|答案|答|回答|resposta|respuesta|réponse|antwort|ответ)[\"'”’\]】]?"
@@ -841,7 +865,7 @@ def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
         return text
     for pattern in (_ONLY_NUMBER, _BOXED_NUMBER) if "boxed" in text else (_ONLY_NUMBER,):
         text = pattern.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
-    given = _GIVEN_NUMBER.search(text)
+    given = _GIVEN_NUMBER.search(text) or _ONE_NUMBERED_LINE.match(text)
     if given is not None and (found := letter(given.group(1))) is not None:
         text = text[: given.start(1)] + found + text[given.end(1):]
     low = text.lower()
