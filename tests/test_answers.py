@@ -317,7 +317,8 @@ PIECES = st.sampled_from([
     "(", ")", "[", "]", "（", "）", "【", "】", "A", "B", "(C)", "[D]", "e", " ", "  ", "\n", ".", ". ", "! ", "? ",
     "。", "_", "x", "9", "'", "not ", "n't ", "no ", "wrong", "false", "eliminated", "rules out", "except", "不",
     "错误", "非", "e.g. ", "for example ", "format ", "例如", "İ", "K", "ſ", "\t", "\u00a0", "making ", "Leaves ",
-    "make", "the incorrect statement is ", "I’ll ", "’",
+    "make", "the incorrect statement is ", "I’ll ", "’", "is ", "this ", "be ", "B) ", "C) 45 ", "Production ",
+    " is the correct answer", " would be the best option", "option ",
 ])
 """Fragments of text where the choice kind's shortcuts could matter: cue words inside and outside words, brackets,
 sentence ends, denials, echoed examples, other scripts and characters whose case changes length."""
@@ -344,6 +345,8 @@ def _cues_by_every_word(clean: str, low: str) -> list[tuple[int, int]]:
 @example("That is 4, which is option B.")
 @example("I'll choose C, and we'd pick (D) = option E.")
 @example("The answer is not (A), which is option B. 【答案】 选 C")
+@example("It is this (B) Production is B) Production")
+@example("So (C) 45 is the correct answer, not D) 30 would be the best option")
 @given(st.one_of(st.lists(PIECES, max_size=12).map("".join),
                  st.lists(PIECES.filter(str.isascii), max_size=12).map("".join)))
 def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> None:
@@ -358,6 +361,8 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     clean = c._clean(text).replace(c._BOX, " ")
     low = clean.lower()
     assert [m.span() for m in c._cues(clean, low)] == _cues_by_every_word(clean, low)
+    named = re.compile(c._NAMED_RIGHT.pattern.replace("([A-J])", r"\(?([A-J])", 1) + r"|\b" + c._NAMED_AFTER_IS.pattern)
+    assert c._named_right(clean) == [(m.start(), m.group(1) or m.group(2)) for m in named.finditer(clean)]
     assert c._denies(text) == (c._DENIED.search(text) is not None)
     assert c._contains(low, c._EXAMPLE_WORDS[True]) == any(word in low for word in c._EXAMPLE_WORDS[True])
     if not low.isascii():

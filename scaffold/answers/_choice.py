@@ -106,12 +106,15 @@ _FIRST = re.compile(
 accurate choice", "option E is the most plausible choice", "option A is the only choice that can be true" (the
 letter must not end a word: checked where it matches, which lets the regex scan for its first character fast)."""
 _NAMED_RIGHT = re.compile(
-    r"\(?([A-J])\)\s+[^.\n]{1,60}?\s+(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate)\s+"
-    r"(?:answer|option|choice)|\b(?:is|be)\s+(?:option\s+)?\(?([A-J])\)\s+(?=[A-Z])")
-"""An option named with its text and said to be right ("option C) 45° is the correct answer"), or stated as
-"... is B) Production of ..."."""
+    r"([A-J])\)\s+[^.\n]{1,60}?\s+(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate)\s+"
+    r"(?:answer|option|choice)")
+"""An option named with its text and said to be right ("option C) 45° is the correct answer"; its "(" before it, if
+any, belongs to the statement)."""
+_NAMED_AFTER_IS = re.compile(r"(?:is|be)\s+(?:option\s+)?\(?([A-J])\)\s+(?=[A-Z])")
+"""An option stated with its text: "... is B) Production of ..." (at a word's start: checked where it matches, which
+lets the regex scan for its first characters fast)."""
 _NAMED_RIGHT_HINT = re.compile(r"[A-J]\)\s+[A-Z]")
-"""What the second branch of :data:`_NAMED_RIGHT` needs (the first needs a word of :data:`_RIGHT_WORDS`)."""
+"""What :data:`_NAMED_AFTER_IS` needs (:data:`_NAMED_RIGHT` needs a word of :data:`_RIGHT_WORDS`)."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
 _MORE_LETTERS = re.compile(r"(?:(?:[ \t]*,[ \t]*(?:and[ \t]+|or[ \t]+)?|[ \t]+(?:and|or|&)[ \t]+|[ \t]*/[ \t]*"
                            r"|[ \t]*、[ \t]*)[\(\[]?[A-J](?![\w'’])[\)\]]?)+[ \t]*(?:[.。\n]|\Z)")
@@ -133,6 +136,11 @@ _VERDICT_LINE = re.compile(
 options weighed one per line, each said right or wrong (true or false)."""
 _VERDICT_WORDS = ("orrect", "ORRECT", "rong", "RONG", "ight", "IGHT", "rue", "RUE", "alse", "ALSE")
 """What an ASCII text needs for :data:`_VERDICT_LINE` to match in it (looked for before it is tried)."""
+_BRACKETED_OPTION = re.compile(r"\s*[\(\[]\s*([A-J])\s*[\)\]]\s*[^()\[\]]{1,80}")
+"""A line that is a bracketed option, letter and text ("(D) 18")."""
+_BOLD = re.compile(r"\*\*([^*\n]{1,200})\*\*")
+_FIRST_PHRASE = re.compile(r"\s*([^,.;:!?\n]{1,60})(?:[,.;:!?]|\s*$)")
+_SENTENCES = re.compile(r"(?<=[.!?。])\s+")
 _LIST_ITEM = re.compile(r"\s*(?:[-*•+]|\d{1,2}[.)])\s*")
 _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
 _ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
@@ -429,11 +437,9 @@ class ChoiceAnswer(AnswerKind):
             for m in _FIRST.finditer(clean, after or 0):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
                     out.append((m.start(), m.group(1)))
-        if after is None and not out and ((worded and _contains(clean, _RIGHT_WORDS))
-                                          or _NAMED_RIGHT_HINT.search(clean)):
-            for m in _NAMED_RIGHT.finditer(clean):
-                letter = m.group(1) or m.group(2)
-                out.append((m.start(), letter if letter in self.letters else None))
+        if after is None and not out and ")" in clean and ((worded and _contains(clean, _RIGHT_WORDS))
+                                                           or _NAMED_RIGHT_HINT.search(clean)):
+            out = [(at, letter if letter in self.letters else None) for at, letter in _named_right(clean)]
         return out
 
     def _none_stated(self, clean: str, low: str) -> int | None:
@@ -474,7 +480,7 @@ class ChoiceAnswer(AnswerKind):
             if m and m.group(1).upper() in self.letters and (m.group(1).isupper() or "(" in line or ":" in line):
                 return m.group(1).upper()
         if lines:
-            m = re.fullmatch(r"\s*[\(\[]\s*([A-J])\s*[\)\]]\s*[^()\[\]]{1,80}", lines[-1])
+            m = _BRACKETED_OPTION.fullmatch(lines[-1])
             if m and m.group(1) in self.letters and not (len(lines) > 1 and _OPTION_LINE.match(lines[-2])):
                 return m.group(1)
         if lines and (given := self._given(lines)) is not None:
@@ -610,7 +616,7 @@ class ChoiceAnswer(AnswerKind):
             if not listed or len({m.group(1) for m in _BOLD_OPTION.finditer(text)}) == 1:
                 return last.group(1)
         if self._options:  # an option's text in bold: "the product is **2-methylbutan-2-ol**"
-            named = [self._options.get(_plain(span)) for span in re.findall(r"\*\*([^*\n]{1,200})\*\*", text[-600:])]
+            named = [self._options.get(_plain(span)) for span in _BOLD.findall(text[-600:])]
             named = [letter for letter in named if letter]
             return named[-1] if named else None
         return None
@@ -618,10 +624,10 @@ class ChoiceAnswer(AnswerKind):
     def _named_option(self, lines: list[str]) -> str | None:
         """With the options known and no choice stated: the one option the text opens with ("No, ..."), else the
         one option the last sentence that names any names ("... is Tokyo."), among the last line's last three."""
-        first = re.match(r"\s*([^,.;:!?\n]{1,60})(?:[,.;:!?]|\s*$)", lines[0])
+        first = _FIRST_PHRASE.match(lines[0])
         if first is not None and (letter := self._options.get(_plain(first.group(1)))) is not None:
             return letter
-        sentences = [part for part in re.split(r"(?<=[.!?。])\s+", lines[-1].strip()) if part.strip()]
+        sentences = [part for part in _SENTENCES.split(lines[-1].strip()) if part.strip()]
         for sentence in reversed(sentences[-3:]):  # the last sentences that name an option ("... So" ends some)
             named = self._named_in(sentence)
             if named:
@@ -681,6 +687,30 @@ class ChoiceAnswer(AnswerKind):
         if self._options:
             return self._options.get(_plain(clean))
         return None
+
+
+def _named_right(clean: str) -> list[tuple[int, str]]:
+    """Where an option is named with its text and said to be right (:data:`_NAMED_RIGHT`) or stated
+    (:data:`_NAMED_AFTER_IS`), with its letter: the matches of either, left to right and not overlapping (at one
+    place, the first kind first). Two regexes that each scan fast, rather than one of both that tries every
+    character."""
+    found = []
+    for m in _NAMED_RIGHT.finditer(clean):
+        start = m.start() - 1 if m.start() and clean[m.start() - 1] == "(" else m.start()
+        found.append((start, 0, m.end(), m.group(1)))
+    at = 0
+    while (stated := _NAMED_AFTER_IS.search(clean, at)) is not None:
+        if stated.start() and (clean[stated.start() - 1].isalnum() or clean[stated.start() - 1] == "_"):
+            at = stated.start() + 1  # within a word ("this", "maybe"): no statement
+            continue
+        found.append((stated.start(), 1, stated.end(), stated.group(1)))
+        at = stated.end()
+    out, end = [], -1
+    for start, _, stop, letter in sorted(found):
+        if start >= end:
+            out.append((start, letter))
+            end = stop
+    return out
 
 
 def _cues(clean: str, low: str) -> list[re.Match[str]]:
