@@ -347,6 +347,8 @@ def _cues_by_every_word(clean: str, low: str) -> list[tuple[int, int]]:
 @example("The answer is not (A), which is option B. 【答案】 选 C")
 @example("It is this (B) Production is B) Production")
 @example("So (C) 45 is the correct answer, not D) 30 would be the best option")
+@example("Options:\n(A) red\n B: blue\nC. green\n\nD)  \nE) x")
+@example("(A) red\n(B) blue\nSo B.")
 @given(st.one_of(st.lists(PIECES, max_size=12).map("".join),
                  st.lists(PIECES.filter(str.isascii), max_size=12).map("".join)))
 def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> None:
@@ -363,6 +365,13 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     assert [m.span() for m in c._cues(clean, low)] == _cues_by_every_word(clean, low)
     named = re.compile(c._NAMED_RIGHT.pattern.replace("([A-J])", r"\(?([A-J])", 1) + r"|\b" + c._NAMED_AFTER_IS.pattern)
     assert c._named_right(clean) == [(m.start(), m.group(1) or m.group(2)) for m in named.finditer(clean)]
+    listed: dict[str, str] = {}
+    for m in c._OPTION_LINE.finditer(text):  # every line that lists an option, as the regex of one line finds it
+        if not c._VERDICT_LINE.match(m.group()):
+            listed.setdefault(m.group(1), m.group(2).strip())
+    letters = "".join(letter for letter in "ABCDEFGHIJ" if letter in listed)
+    count = next((i for i, letter in enumerate(letters) if letter != "ABCDEFGHIJ"[i]), len(letters))
+    assert c._listed_options(text) == (tuple(listed[x] for x in "ABCDEFGHIJ"[:count]) if count >= 2 else None)
     assert c._denies(text) == (c._DENIED.search(text) is not None)
     assert c._contains(low, c._EXAMPLE_WORDS[True]) == any(word in low for word in c._EXAMPLE_WORDS[True])
     if not low.isascii():

@@ -245,6 +245,9 @@ _ANOTHER_OPTION = re.compile(r"(?<![A-Za-z])[A-J][ \t]*[:：)]")
 """Another option in the same line ("A: text; B: text"): a listing, not an option given."""
 _OPTION_LINE = re.compile(r"^[ \t]*[\(\[]?([A-J])[ \t]*[\)\].:：、．][ \t]*(\S[^\n]{0,200})$", re.MULTILINE)
 """A line listing an option ("B: 2 mol", "(C) green"), for a text that lists its own options."""
+_OPTION_LINE_AFTER_BREAK = re.compile("\n" + _OPTION_LINE.pattern[1:-1] + "(?=\n|\\Z)")
+""":data:`_OPTION_LINE` after a line break (the line break first: a regex that opens with a character is scanned for
+fast, one that opens with ``^`` is tried at every character)."""
 _SENTENCE_BREAK = re.compile(r"[.!?。]\s+(?=\S)")
 """Where a sentence ends and the next starts."""
 _LAST_BREAK = re.compile(r".*" + _SENTENCE_BREAK.pattern, re.DOTALL)
@@ -534,6 +537,8 @@ class ChoiceAnswer(AnswerKind):
     def _only_bracketed(self, clean: str) -> str | None:
         """The one bracketed letter a text names at all, in a sentence that does not deny it: "... helps decrease
         variance (D). When multiple trees ..."."""
+        if "(" not in clean and "[" not in clean:
+            return None
         found = list(_BRACKETED.finditer(clean))
         if not found or len({m.group(1).upper() for m in found}) != 1:
             return None
@@ -786,8 +791,8 @@ def _listed_options(text: str) -> tuple[str, ...] | None:
     """The options a text lists itself, A first, each on its own line ("A: ...", "(B) ..."; not a line that opens with
     a verdict, "B) Incorrect."); ``None`` for fewer than two."""
     listed: dict[str, str] = {}
-    for m in _OPTION_LINE.finditer(text):
-        if not _VERDICT_LINE.match(m.group()):  # "B) Incorrect.": an option weighed, not listed
+    for m in _OPTION_LINE_AFTER_BREAK.finditer("\n" + text):  # each line after a line break (one is put first)
+        if not _VERDICT_LINE.match(m.group(), 1):  # "B) Incorrect.": an option weighed, not listed
             listed.setdefault(m.group(1), m.group(2).strip())
     count = 0
     while count < len(LETTERS) and LETTERS[count] in listed:
