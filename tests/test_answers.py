@@ -383,6 +383,26 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     assert c._clean(text) == c._clean(text.translate(c._WIDE))
 
 
+@pytest.mark.parametrize("text", [
+    "Thus B.", "Hence (C)\n", "So, the answer is D.", "Therefore A.", "the final option: B", "best option is C",
+    "only correct choice = D", "The correct answer is B", "The incorrect statement is B", "closest answer would be C",
+    "the most likely answer is D", "making C the correct answer", "leaving D as the best option", "The option is B",
+    "that is option C.", "x = option B", "which is option C", "response: B", "respuesta: C", "réponse: D",
+    "Antwort: A", "ответ: B", "đáp án: C", "it's (B)", "I choose C", "I'll pick D", "we'd select B", "We go with A",
+    "答案是B", "正确选项是C", "选项是D", "故选C", "正确的是B。", "我的回答是A", "答えは B", "正解: C", "正しいものは D",
+    "適切なものは B", "정답은 C", "<answer>B</answer>", "(answer) C", "(X) B",
+])
+def test_each_way_a_cue_opens_is_found_where_its_words_start(text: str) -> None:
+    """Every way a cue opens, found by the part of the cue regex kept for its words (``_CUE_AT``) just as the whole
+    regex finds it: a way missing from a word's part, or given to the wrong word, fails here."""
+    from scaffold.answers import _choice as c
+
+    clean = c._clean(text).replace(c._BOX, " ")
+    low = clean.lower()
+    found = [m.span() for m in c._cues(clean, low)]
+    assert found and found == _cues_by_every_word(clean, low)
+
+
 @given(st.lists(st.sampled_from(["\x00{", "{", "}", "a", "B", " "]), max_size=60).map("".join))
 def test_many_boxes_are_matched_as_one_box_at_a_time_is(marked: str) -> None:
     """Property: the one-pass brace matching used for a text with many boxes finds what scanning each box to its
