@@ -226,6 +226,16 @@ def test_choice_reads_leading_letters_before_chinese_text_and_options_stated_aft
     assert ChoiceAnswer().extract(text) == letter
 
 
+@pytest.mark.parametrize(("text", "letter"), [
+    ("Seçenek: D\n\nAçıklama: IV. cümlede balığın yaşadığı bölgenin adı anlatılmış.", "D"),  # Turkish
+    ("Doğru cevap: B", "B"),
+    ("The correct answer is either \\boxed{(B)} or \\boxed{(D)} or \\boxed{(E)}.", None),  # one of several
+    ("The answer is either B or C.\nFinal answer: C", "C"),  # ... settled on a later line
+])
+def test_choice_reads_turkish_cues_and_answers_that_are_one_of_several(text: str, letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
 def test_choice_with_options_in_chinese_or_japanese_reads_an_option_named_without_spaces() -> None:
     kind = ChoiceAnswer(choices=("腹部造影CT", "経皮的肝生検", "薬剤リンパ球刺激試験", "血清セルロプラスミン測定",
                                  "抗ミトコンドリア抗体測定"))
@@ -388,7 +398,8 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     "only correct choice = D", "The correct answer is B", "The incorrect statement is B", "closest answer would be C",
     "the most likely answer is D", "making C the correct answer", "leaving D as the best option", "The option is B",
     "that is option C.", "x = option B", "which is option C", "response: B", "respuesta: C", "réponse: D",
-    "Antwort: A", "ответ: B", "đáp án: C", "it's (B)", "I choose C", "I'll pick D", "we'd select B", "We go with A",
+    "Antwort: A", "ответ: B", "đáp án: C", "Seçenek: D", "cevap: B",
+    "it's (B)", "I choose C", "I'll pick D", "we'd select B", "We go with A",
     "答案是B", "正确选项是C", "选项是D", "故选C", "正确的是B。", "我的回答是A", "答えは B", "正解: C", "正しいものは D",
     "適切なものは B", "정답은 C", "<answer>B</answer>", "(answer) C", "(X) B",
 ])

@@ -82,6 +82,7 @@ _CUE_BRANCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"\b(?:resposta|respuesta|réponse|antwort)(?:\s+(?:correta|correcta|incorreta|incorrecta|certa|final|finale|correcte"
      r"|incorrecte|richtige|falsche))?\s*(?:é|es|est|ist|:|：|-|–)?", ("resp", "réponse", "antwort")),
     (r"\b(?:правильный\s+)?ответ\s*(?:[:：\-–—]|это)?", ("ответ",)),
+    (r"\b(?:cevap|yanıt|seçenek)(?:ım)?\s*[:：]", ("cevap", "yanıt", "seçenek")),
     (r"\bđáp\s+án(?:\s+đúng)?(?:\s+là)?\s*[:：]?", ("đáp",)),
     (r"\bit(?:'s|\s+is)(?=\s*[\(\[][A-Ja-j][\)\]])", ("it",)),
     (r"\b(?:i|we)\s*(?:would\s+|will\s+|'ll\s+|'d\s+|shall\s+|should\s+|must\s+|can\s+)?"
@@ -175,7 +176,7 @@ _CUE_WORDS = ("ans", "correct", "incorrect", "mak", "leav",
               "right", "best", "final", "closest", "most", "option", "choice", "resp", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
               "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which", "antwort", "réponse",
-              "ответ", "đáp")
+              "ответ", "đáp", "cevap", "yanıt", "seçenek")
 """Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
 at every character)."""
 _CUE_AT = {word: re.compile("(?:" + "|".join(branch for branch, starts in _CUE_BRANCHES if word in starts) + ")"
@@ -185,7 +186,7 @@ match where the word starts, without trying the twenty other ways (a third of th
 _BOUNDED = frozenset(("ans", "correct", "incorrect", "mak", "leav",
                       "right", "best", "final", "closest", "most", "option", "choice", "resp",
                       "it", "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "only", "which", "antwort",
-                      "réponse", "ответ", "đáp"))
+                      "réponse", "ответ", "đáp", "cevap", "yanıt", "seçenek"))
 """The words of :data:`_CUE_WORDS` that start a cue only after a word boundary (each branch of :data:`_CUE` that
 starts with one opens with ``\\b``)."""
 _NAMED, _BRACKETED_LETTER, _APOSTROPHE = 1, 2, 3
@@ -225,8 +226,10 @@ _MARKER = re.compile(r"^[ \t#*>\-]*(?:final\s+answer|correct\s+answer|answer|ans
 _NONE_AFTER = re.compile(
     r"\s*(?:is|would\s+be|should\s+be|:|：|是|为)?\s*[\(\[]?\s*(?:none\s+of\s+(?:the\s+)?(?:above|options|choices|these|"
     r"them)|neither\b|no\s+(?:correct\s+)?(?:option|choice|answer)\b)"
-    r"|\s+(?:cannot|can't|can\s+not)\s+be\s+(?:determined|decided|known)", re.IGNORECASE)
-"""After "answer": a statement that no option is the answer ("the answer is none of the above")."""
+    r"|\s+(?:cannot|can't|can\s+not)\s+be\s+(?:determined|decided|known)|\s+(?:is\s+)?(?P<either>either)\b",
+    re.IGNORECASE)
+"""After "answer": a statement that no option is the answer ("the answer is none of the above"), or that it is one
+of several ("the answer is either (B) or (D)": whatever else the line states)."""
 _ALL_RIGHT = re.compile(
     r"\ball\s+(?:(?:of\s+)?the\s+)?(?:two\s+|three\s+|four\s+|five\s+|given\s+)?(?:options|statements|choices|answers)\b"
     r"[^.\n]{0,60}?\b(?:are|were)\s+(?:all\s+)?(?:correct|true|right|valid)\b(?![^.\n]{0,40}\b(?:except|but)\b)",
@@ -465,8 +468,8 @@ class ChoiceAnswer(AnswerKind):
         last = body[start:]
         at = low.find("answer", start)
         while at >= 0:
-            if _NONE_AFTER.match(low, at + 6) and not _EXAMPLE.search(last, 0, at - start):
-                return at
+            if (none := _NONE_AFTER.match(low, at + 6)) and not _EXAMPLE.search(last, 0, at - start):
+                return len(clean) if none.group("either") else at
             at = low.find("answer", at + 6)
         if not last.isascii() and (m := _NONE_CJK.search(last)) is not None and not _LETTER_BEFORE.search(
                 last, max(0, m.start() - 4), m.start()):  # "A. 无法确定" gives option A's text
@@ -851,7 +854,7 @@ _GIVEN_NUMBER = re.compile(r"(?:\A|[:：][ \t]*\n\s*)[ \t]*(10|[1-9])(?=[ \t]*[:
 text ("2: Thymoma", "3) Thymoma"; not "1. ...", which opens a numbered step as often): with numbered options, the
 option given (read as :data:`_GIVEN`)."""
 _RATIONALE = re.compile(r"\n[ \t#*>]*(?:rationale|explanation|reasoning|justification|explicaci[oó]n|explica[cç][aã]o"
-                        r"|explication|begründung|обоснование|解析|解释|理由)\b[ \t*]*[:：\n]", re.IGNORECASE)
+                        r"|explication|begründung|açıklama|обоснование|解析|解释|理由)\b[ \t*]*[:：\n]", re.IGNORECASE)
 """A heading that opens a rationale after the answer ("\n\n###Rationale:", "Explanation:"): what comes before it is
 the answer, read when nothing in the whole text states a choice."""
 _ONE_NUMBERED_LINE = re.compile(
