@@ -414,6 +414,21 @@ def test_each_way_a_cue_opens_is_found_where_its_words_start(text: str) -> None:
     assert found and found == _cues_by_every_word(clean, low)
 
 
+@settings(max_examples=400, deadline=None)
+@example("First Choice: B\nSecond Choice: D\n", "Answer: C", False)  # a ranked answer: its first choice
+@example("The answer is (B), not", "\nAnswer: E", True)  # E is no option: an earlier cue decides
+@given(st.lists(PIECES, max_size=12).map("".join),
+       st.sampled_from(["\nAnswer: C", "\n**Final answer:** (B).", "\nanswer: D\n", " Answer: J",
+                        "\n\nFINAL ANSWER: (E)", "\n  answer:**B**", "Answer: A"]),
+       st.booleans())
+def test_the_shortcut_for_a_last_line_that_only_answers_reads_as_the_whole_reading(prefix: str, final: str,
+                                                                                   options: bool) -> None:
+    """Property: a text whose last line only answers ("Answer: C") is read by a shortcut; it gives what the whole
+    reading gives, whatever comes before that line."""
+    kind = ChoiceAnswer(choices=("red", "blue", "green", "4")) if options else ChoiceAnswer()
+    assert kind.extract(prefix + final) == kind._extract(prefix + final)
+
+
 @given(st.lists(st.sampled_from(["\x00{", "{", "}", "a", "B", " "]), max_size=60).map("".join))
 def test_many_boxes_are_matched_as_one_box_at_a_time_is(marked: str) -> None:
     """Property: the one-pass brace matching used for a text with many boxes finds what scanning each box to its

@@ -158,6 +158,9 @@ _LETTER_AND_TEXT = re.compile(r"(?:[\(\[]\s*([A-J])\s*[\)\]]|([A-J])\s*[).:])\s*
 _ALONE_LOWER = re.compile(r"[a-j]\s*(?:$|[.):：\n。、<]|[\u3000-\u9fff])")
 _CJK_RIGHT = re.compile(r"(?:选项\s*([A-J])|([A-J])\s*选项)\s*(?:是|为)?\s*(?:正确|對|对)(?!与否)")
 """A Chinese statement that an option is right: "选项A正确", "A选项是正确的"."""
+_FINAL_LINE = re.compile(r"[ \t]*(?:\*\*)?(?i:final[ \t]+)?(?i:answer)(?:\*\*)?[ \t]*:[ \t]*(?:\*\*)?[ \t]*"
+                         r"\(?([A-J])\)?[ \t]*(?:\*\*)?[ \t]*\.?[ \t]*")
+"""A last line that only answers: "Answer: C", "Final answer: (B).", "**Answer:** D" (a capital letter)."""
 _LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|\s*\(|\s*\n|\s*$"
                       r"|(?<=[A-J])[。、，]?(?![项項選选])[\u3400-\u9fff])", re.IGNORECASE)
 """A text that opens with its choice, answer first: "c (retinal photocoagulation)", "b. add heparin", "d\n...",
@@ -354,6 +357,13 @@ class ChoiceAnswer(AnswerKind):
         return {**({"numbered": True} if self.numbered else {}), **({"letters": self.letters} if custom else {})}
 
     def extract(self, text: str) -> str | None:
+        final = None if self.numbered else _final_line_answer(text)
+        if final is not None and final in self.letters:  # "Answer: C" on the last line, as the instruction asks
+            return final
+        return self._extract(text)
+
+    def _extract(self, text: str) -> str | None:
+        """:meth:`extract` without its shortcut for a last line that only answers."""
         found = self._read(text)
         if found or self._options:
             return found or None
@@ -707,6 +717,20 @@ class ChoiceAnswer(AnswerKind):
         if self._options:
             return self._options.get(_plain(clean))
         return None
+
+
+def _final_line_answer(text: str) -> str | None:
+    """The letter of a text whose last line only answers ("Answer: C", "**Final answer:** (B).", :data:`_FINAL_LINE`),
+    where nothing else in the text can change what the whole reading gives (that line's cue is the last, and no later
+    statement or reasoning mark can override it): an ASCII text read in one pass, without reasoning marks, escaped
+    newlines or a ranked answer. ``None`` where that does not hold: the whole reading decides."""
+    body = text.rstrip()
+    m = _FINAL_LINE.fullmatch(body, body.rfind("\n") + 1)
+    if m is None or len(text) > WINDOWS[0] or ">" in text or not text.isascii() or "\\n\\n" in text:
+        return None
+    if ("irst" in text and "econd" in text) or ("IRST" in text and "ECOND" in text):
+        return None
+    return m.group(1)
 
 
 def _named_right(clean: str) -> list[tuple[int, str]]:
