@@ -231,8 +231,12 @@ def test_choice_reads_leading_letters_before_chinese_text_and_options_stated_aft
     ("Doğru cevap: B", "B"),
     ("The correct answer is either \\boxed{(B)} or \\boxed{(D)} or \\boxed{(E)}.", None),  # one of several
     ("The answer is either B or C.\nFinal answer: C", "C"),  # ... settled on a later line
+    ('Thus, the correct answer is:\n\n```json\n{"correct_answer_key":"c"}\n```', "C"),  # a JSON key
+    ('{"final_answer": "B", "why": "x"}', "B"),
+    ("Mengingat pertimbangan ini, jawaban yang benar adalah:\n\nJawaban Akhir: B. Terpusat", "B"),  # Indonesian
+    ("Jawapan: D", "D"),  # Malay
 ])
-def test_choice_reads_turkish_cues_and_answers_that_are_one_of_several(text: str, letter: str | None) -> None:
+def test_choice_reads_turkish_and_indonesian_cues_json_keys_and_answers_that_are_one_of_several(text: str, letter: str | None) -> None:
     assert ChoiceAnswer().extract(text) == letter
 
 
@@ -398,7 +402,7 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     "only correct choice = D", "The correct answer is B", "The incorrect statement is B", "closest answer would be C",
     "the most likely answer is D", "making C the correct answer", "leaving D as the best option", "The option is B",
     "that is option C.", "x = option B", "which is option C", "response: B", "respuesta: C", "réponse: D",
-    "Antwort: A", "ответ: B", "đáp án: C", "Seçenek: D", "cevap: B",
+    "Antwort: A", "ответ: B", "đáp án: C", "Seçenek: D", "cevap: B", '{"correct_answer_key": "c"}', "Jawaban: A",
     "it's (B)", "I choose C", "I'll pick D", "we'd select B", "We go with A",
     "答案是B", "正确选项是C", "选项是D", "故选C", "正确的是B。", "我的回答是A", "答えは B", "正解: C", "正しいものは D",
     "適切なものは B", "정답은 C", "<answer>B</answer>", "(answer) C", "(X) B",
