@@ -236,7 +236,8 @@ def test_choice_reads_leading_letters_before_chinese_text_and_options_stated_aft
     ("Mengingat pertimbangan ini, jawaban yang benar adalah:\n\nJawaban Akhir: B. Terpusat", "B"),  # Indonesian
     ("Jawapan: D", "D"),  # Malay
 ])
-def test_choice_reads_turkish_and_indonesian_cues_json_keys_and_answers_that_are_one_of_several(text: str, letter: str | None) -> None:
+def test_choice_reads_turkish_and_indonesian_cues_json_keys_and_answers_that_are_one_of_several(
+        text: str, letter: str | None) -> None:
     assert ChoiceAnswer().extract(text) == letter
 
 
