@@ -241,6 +241,12 @@ def test_choice_reads_turkish_and_indonesian_cues_json_keys_and_answers_that_are
     assert ChoiceAnswer().extract(text) == letter
 
 
+def test_an_option_written_with_a_minus_sign_matches_the_same_text_written_with_a_hyphen() -> None:
+    kind = ChoiceAnswer(choices=("(x − 2)(x + 2)(x − 1)", "(x + 1)(x + 4)(x − 2)", "(x + 1)(x − 4)(x − 2)"))
+    assert kind.extract('{"answer": "(x + 1)(x - 4)(x - 2)}"') == "C"
+    assert ChoiceAnswer(choices=("−3", "3")).extract("The answer is -3") == "A"
+
+
 def test_choice_with_options_in_chinese_or_japanese_reads_an_option_named_without_spaces() -> None:
     kind = ChoiceAnswer(choices=("腹部造影CT", "経皮的肝生検", "薬剤リンパ球刺激試験", "血清セルロプラスミン測定",
                                  "抗ミトコンドリア抗体測定"))

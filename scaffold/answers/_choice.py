@@ -1014,12 +1014,14 @@ _PUNCTUATION = re.compile(r"[\s.,;:!?'\"()\[\]{}]+|\\sim|\\approx|~|≈")
 
 def _words(text: str) -> str:
     """A text as its words, lower case, single-spaced between spaces: for finding an option's text in a sentence."""
-    return f" {' '.join(_PUNCTUATION.sub(' ', _clean(text).replace(chr(92) + 'pi', 'π').lower()).split())} "
+    plain = _clean(text).replace(chr(92) + "pi", "π").replace("−", "-").lower()
+    return f" {' '.join(_PUNCTUATION.sub(' ', plain).split())} "
 
 
 def _plain(text: str) -> str:
-    """An option text for matching: markup gone, lower case, no spaces or punctuation; a plain number its value."""
-    clean = _clean(text).strip().rstrip(".").replace("\\pi", "π")
+    """An option text for matching: markup gone, lower case, no spaces or punctuation; a plain number its value; the
+    minus sign written as a hyphen ("(x − 4)" as "(x - 4)")."""
+    clean = _clean(text).strip().rstrip(".").replace("\\pi", "π").replace("−", "-")
     value = as_number(clean.replace("$", "").replace(" ", ""))
     if value is not None:
         return f"#{value}"
