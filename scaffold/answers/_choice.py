@@ -83,6 +83,7 @@ _CUE_BRANCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
      r"|incorrecte|richtige|falsche))?\s*(?:é|es|est|ist|:|：|-|–)?", ("resp", "réponse", "antwort")),
     (r"\b(?:правильный\s+)?ответ\s*(?:[:：\-–—]|это)?", ("ответ",)),
     (r"\b(?:cevap|yanıt|seçenek)(?:ım)?\s*[:：]", ("cevap", "yanıt", "seçenek")),
+    (r"उत्तर\s*(?:विकल्प\s*)?(?:है\s*)?[:：]?", ("उत्तर",)),
     (r"\bjawa[bp]an(?:\s+(?:akhir|yang\s+(?:benar|betul|tepat)|benar|betul))?\s*(?:adalah|ialah|:|：)?", ("jawa",)),
     (r"\b(?:correct|final)_(?:answer|option|choice)(?:_(?:key|letter|choice|option|id))?", ("correct", "final")),
     (r"\bđáp\s+án(?:\s+đúng)?(?:\s+là)?\s*[:：]?", ("đáp",)),
@@ -181,7 +182,7 @@ _CUE_WORDS = ("ans", "correct", "incorrect", "mak", "leav",
               "right", "best", "final", "closest", "most", "option", "choice", "resp", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
               "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which", "antwort", "réponse",
-              "ответ", "đáp", "cevap", "yanıt", "seçenek", "jawa")
+              "ответ", "đáp", "cevap", "yanıt", "seçenek", "jawa", "उत्तर")
 """Where a cue can start (:data:`_CUE` is tried only there: a substring search is far cheaper than a regex tried
 at every character)."""
 _CUE_AT = {word: re.compile("(?:" + "|".join(branch for branch, starts in _CUE_BRANCHES if word in starts) + ")"
@@ -191,7 +192,7 @@ match where the word starts, without trying the twenty other ways (a third of th
 _BOUNDED = frozenset(("ans", "correct", "incorrect", "mak", "leav",
                       "right", "best", "final", "closest", "most", "option", "choice", "resp",
                       "it", "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "only", "which", "antwort",
-                      "réponse", "ответ", "đáp", "cevap", "yanıt", "seçenek", "jawa"))
+                      "réponse", "ответ", "đáp", "cevap", "yanıt", "seçenek", "jawa", "उत्तर"))
 """The words of :data:`_CUE_WORDS` that start a cue only after a word boundary (each branch of :data:`_CUE` that
 starts with one opens with ``\\b``)."""
 _NAMED, _BRACKETED_LETTER, _APOSTROPHE = 1, 2, 3
