@@ -385,8 +385,7 @@ class ChoiceAnswer(AnswerKind):
             found = self._read(text[end:], listed=listed) if text[end:].strip() else None
             if found is not None:
                 return found
-        if (("irst" in text and "econd" in text) or ("IRST" in text and "ECOND" in text)) and (
-                ranked := _RANKED.search(text)) is not None:  # "First Choice: B"
+        if _may_rank(text) and (ranked := _RANKED.search(text)) is not None:  # "First Choice: B"
             return ranked.group(1).upper() if ranked.group(1).upper() in self.letters else ""
         for window in WINDOWS:  # the end first: a choice stated there is the last one stated
             if window < len(text):
@@ -722,6 +721,12 @@ class ChoiceAnswer(AnswerKind):
         return None
 
 
+def _may_rank(text: str) -> bool:
+    """Whether a text may hold a ranked answer (:data:`_RANKED`: "First Choice: B / Second Choice: D"), by the words
+    it needs."""
+    return ("irst" in text and "econd" in text) or ("IRST" in text and "ECOND" in text)
+
+
 def _final_line_answer(text: str) -> str | None:
     """The letter of a text whose last line only answers ("Answer: C", "**Final answer:** (B).", :data:`_FINAL_LINE`),
     where nothing else in the text can change what the whole reading gives (that line's cue is the last, and no later
@@ -731,9 +736,7 @@ def _final_line_answer(text: str) -> str | None:
     m = _FINAL_LINE.fullmatch(body, body.rfind("\n") + 1)
     if m is None or len(text) > WINDOWS[0] or ">" in text or not text.isascii() or "\\n\\n" in text:
         return None
-    if ("irst" in text and "econd" in text) or ("IRST" in text and "ECOND" in text):
-        return None
-    return m.group(1)
+    return None if _may_rank(text) else m.group(1)
 
 
 def _named_right(clean: str) -> list[tuple[int, str]]:
