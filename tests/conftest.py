@@ -214,7 +214,7 @@ controller made their directory), else started after collection."""
 RAY_GROUP = "ray"
 """The pytest-xdist group of every test that uses the session's Ray cluster: one worker runs them all, so one
 cluster starts (``--dist loadgroup``)."""
-XDIST_GROUPS = (RAY_GROUP, "vllm")
+XDIST_GROUPS = (RAY_GROUP, "vllm", "parts")
 """Every pytest-xdist group of the suite (a module whose fixtures start something costly, a vLLM engine and
 server, marks itself ``xdist_group``, so one worker starts it once)."""
 

@@ -15,6 +15,9 @@ from scaffold.pocket import PartsTask, split_of
 from scaffold.pocket._parts_eval import coverage_at, covered, part_vote, vote
 from trainers.set_signal import set_signal
 
+# one pytest-xdist worker runs the module, so its quick build (a module fixture) is built once, not once per worker
+pytestmark = pytest.mark.xdist_group("parts")
+
 TASK = PartsTask()
 PROBLEM = "A:0018+0063 B:0149+0624 C:2737+9555"
 ANSWER = "A=81,B=773,C=12292"

@@ -28,6 +28,8 @@ pytestmark = [
     # Raised by vLLM while it starts an engine (see tests/test_backend_vllm.py); not actionable here.
     pytest.mark.filterwarnings(r"ignore:`torch\.distributed\.reduce_op` is deprecated:FutureWarning"),
     pytest.mark.filterwarnings(r"ignore:`torch\.jit\.script_method` is deprecated:DeprecationWarning"),
+    # one pytest-xdist worker runs the module, so its engine starts once, not once per worker
+    pytest.mark.xdist_group("vllm"),
 ]
 
 QUESTION = "what is two plus two?"
