@@ -341,7 +341,7 @@ PIECES = st.sampled_from([
     "。", "_", "x", "9", "'", "not ", "n't ", "no ", "wrong", "false", "eliminated", "rules out", "except", "不",
     "错误", "非", "e.g. ", "for example ", "format ", "例如", "İ", "K", "ſ", "\t", "\u00a0", "making ", "Leaves ",
     "make", "the incorrect statement is ", "I’ll ", "’", "is ", "this ", "be ", "B) ", "C) 45 ", "Production ",
-    " is the correct answer", " would be the best option", "option ",
+    " is the correct answer", " would be the best option", "option ", "is B) Production", "be (C) A",
 ])
 """Fragments of text where the choice kind's shortcuts could matter: cue words inside and outside words, brackets,
 sentence ends, denials, echoed examples, other scripts and characters whose case changes length."""
@@ -386,7 +386,7 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     clean = c._clean(text).replace(c._BOX, " ")
     low = clean.lower()
     assert [m.span() for m in c._cues(clean, low)] == _cues_by_every_word(clean, low)
-    named = re.compile(c._NAMED_RIGHT.pattern.replace("([A-J])", r"\(?([A-J])", 1) + r"|\b" + c._NAMED_AFTER_IS.pattern)
+    named = re.compile(r"\(?([A-J])\)" + c._NAMED_RIGHT_TAIL + r"|\b" + c._NAMED_AFTER_IS.pattern)
     assert c._named_right(clean) == [(m.start(), m.group(1) or m.group(2)) for m in named.finditer(clean)]
     listed: dict[str, str] = {}
     for m in c._OPTION_LINE.finditer(text):  # every line that lists an option, as the regex of one line finds it

@@ -117,16 +117,19 @@ _FIRST = re.compile(
 """A letter that says it is the answer: "(D) is the correct answer", "Option C is correct", "A remains the most
 accurate choice", "option E is the most plausible choice", "option A is the only choice that can be true" (the
 letter must not end a word: checked where it matches, which lets the regex scan for its first character fast)."""
-_NAMED_RIGHT = re.compile(
-    r"([A-J])\)\s+[^.\n]{1,60}?\s+(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?(?:correct|right|best|true|accurate)\s+"
-    r"(?:answer|option|choice)")
+_NAMED_RIGHT_TAIL = (r"\s+[^.\n]{1,60}?\s+(?:is|would\s+be)\s+(?:the\s+)?(?:most\s+)?"
+                     r"(?:correct|right|best|true|accurate)\s+(?:answer|option|choice)")
+"""What follows an option's "C)" when it is named with its text and said to be right."""
+_NAMED_RIGHT = re.compile(r"\)(?<=([A-J])\))" + _NAMED_RIGHT_TAIL)
 """An option named with its text and said to be right ("option C) 45° is the correct answer"; its "(" before it, if
-any, belongs to the statement)."""
+any, belongs to the statement). It matches from the bracket, its letter looked behind: the regex scans for a ")"
+fast instead of trying every capital."""
 _NAMED_AFTER_IS = re.compile(r"(?:is|be)\s+(?:option\s+)?\(?([A-J])\)\s+(?=[A-Z])")
 """An option stated with its text: "... is B) Production of ..." (at a word's start: checked where it matches, which
 lets the regex scan for its first characters fast)."""
-_NAMED_RIGHT_HINT = re.compile(r"[A-J]\)\s+[A-Z]")
-"""What :data:`_NAMED_AFTER_IS` needs (:data:`_NAMED_RIGHT` needs a word of :data:`_RIGHT_WORDS`)."""
+_NAMED_RIGHT_HINT = re.compile(r"\)(?<=[A-J]\))\s+[A-Z]")
+"""What :data:`_NAMED_AFTER_IS` needs, "C) A": a letter's bracket, then a capital (:data:`_NAMED_RIGHT` needs a
+word of :data:`_RIGHT_WORDS`). From the bracket, as :data:`_NAMED_RIGHT`."""
 _AFTER_CUE = re.compile(_LETTER + _AFTER)
 _MORE_LETTERS = re.compile(r"(?:(?:[ \t]*,[ \t]*(?:and[ \t]+|or[ \t]+)?|[ \t]+(?:and|or|&)[ \t]+|[ \t]*/[ \t]*"
                            r"|[ \t]*、[ \t]*)[\(\[]?[A-J](?![\w'’])[\)\]]?)+[ \t]*(?:[.。\n]|\Z)")
@@ -212,13 +215,18 @@ def _script(text: str) -> int:
     return 0 if text.isascii() else 1 if _CJK_CHAR.search(text) else 2  # such a character is found early
 
 
+_NAMING = ("option", "choice")
+"""The cue words whose presence (anywhere, even within a word) decides which words need an "option" or a
+"choice" (:data:`_NEEDS`): they are looked for first, once, and their places kept."""
+_NAMING_STARTS = tuple((word, word in _BOUNDED) for word in _NAMING)
 _STARTS = {(script, named, bracketed, apostrophe): tuple(
     (word, word in _BOUNDED) for word in _CUE_WORDS
-    if _script(word) in (0, script) and (named or _NEEDS.get(word) != _NAMED)
+    if word not in _NAMING and _script(word) in (0, script) and (named or _NEEDS.get(word) != _NAMED)
     and (bracketed or _NEEDS.get(word) != _BRACKETED_LETTER) and (apostrophe or _NEEDS.get(word) != _APOSTROPHE))
     for script in (0, 1, 2) for named in (False, True) for bracketed in (False, True) for apostrophe in (False, True)}
-"""The words to look for (and whether each needs a word boundary before it), by the text's :func:`_script`,
-whether it has an "option" or "choice", whether it has a bracket, and whether it has an apostrophe."""
+"""The words to look for besides :data:`_NAMING` (and whether each needs a word boundary before it), by the text's
+:func:`_script`, whether it has an "option" or "choice", whether it has a bracket, and whether it has an
+apostrophe."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
                       r"[^\n]{0,40}\Z", re.IGNORECASE)
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
@@ -745,10 +753,10 @@ def _named_right(clean: str) -> list[tuple[int, str]]:
     place, the first kind first). Two regexes that each scan fast, rather than one of both that tries every
     character."""
     found = []
-    for m in _NAMED_RIGHT.finditer(clean):
-        start = m.start() - 1 if m.start() and clean[m.start() - 1] == "(" else m.start()
+    for m in _NAMED_RIGHT.finditer(clean):  # it matches from the ")" of "C)"
+        start = m.start() - 2 if m.start() > 1 and clean[m.start() - 2] == "(" else m.start() - 1
         found.append((start, 0, m.end(), m.group(1)))
-    at = 0
+    at = 0 if _NAMED_RIGHT_HINT.search(clean) else len(clean) + 1  # no "C) A": no statement to look for
     while (stated := _NAMED_AFTER_IS.search(clean, at)) is not None:
         if stated.start() and (clean[stated.start() - 1].isalnum() or clean[stated.start() - 1] == "_"):
             at = stated.start() + 1  # within a word ("this", "maybe"): no statement
@@ -767,24 +775,37 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
     """Every cue of a cleaned text (``low``: its lower case), in order."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
-    words = _STARTS[(_script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)]
-    return _matches_at_words(_CUE, clean, low, words, _CUE_AT)
+    starts: list[tuple[int, str]] = []
+    named = _word_starts(low, _NAMING_STARTS, starts)
+    words = _STARTS[(_script(low), named, "(" in low or "[" in low, "'" in low)]
+    return _matches_at_words(_CUE, clean, low, words, _CUE_AT, starts)
+
+
+def _word_starts(low: str, words: Sequence[tuple[str, bool]], starts: list[tuple[int, str]]) -> bool:
+    """Add to ``starts`` every place where one of ``words`` starts in ``low`` (one marked bounded only at a word's
+    start); whether any of them occurs at all, even within a word."""
+    occurs = False
+    for word, bounded in words:
+        at = low.find(word)
+        while at >= 0:
+            occurs = True
+            if not (bounded and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
+                starts.append((at, word))
+            at = low.find(word, at + 1)
+    return occurs
 
 
 def _matches_at_words(pattern: re.Pattern[str], text: str, low: str, words: Sequence[tuple[str, bool]],
-                      by_word: Mapping[str, re.Pattern[str]] | None = None) -> list[re.Match[str]]:
+                      by_word: Mapping[str, re.Pattern[str]] | None = None,
+                      starts: list[tuple[int, str]] | None = None) -> list[re.Match[str]]:
     """The matches of ``pattern`` in ``text`` that start where one of ``words`` starts in ``low`` (its lower case,
     as long), left to right and not overlapping: the regex is tried only there (a substring search is far cheaper
     than a regex tried at every character). A word marked bounded starts a match only at a word's start ("so", not
     "also"). ``by_word``: for each word, the part of ``pattern`` that can match where that word starts (the same
-    match, found without trying the alternatives that open otherwise); ``pattern`` itself where two words start."""
-    starts = []
-    for word, bounded in words:
-        at = low.find(word)
-        while at >= 0:
-            if not (bounded and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
-                starts.append((at, word))
-            at = low.find(word, at + 1)
+    match, found without trying the alternatives that open otherwise); ``pattern`` itself where two words start.
+    ``starts``: where other words start, found already (:func:`_word_starts`)."""
+    starts = [] if starts is None else starts
+    _word_starts(low, words, starts)
     starts.sort()
     out, end, tried = [], -1, -1
     for i, (at, word) in enumerate(starts):
