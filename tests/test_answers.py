@@ -386,6 +386,11 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     clean = c._clean(text).replace(c._BOX, " ")
     low = clean.lower()
     assert [m.span() for m in c._cues(clean, low)] == _cues_by_every_word(clean, low)
+    if len(low) == len(clean):  # the cue words found by one automaton, as by a substring search per word
+        key = (c._script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)
+        scanned: list[tuple[int, str]] = []
+        c._word_starts(low, c._STARTS[key], scanned)
+        assert sorted(c._matched_starts(low, key, c._cue_matcher())) == sorted(scanned)
     named = re.compile(r"\(?([A-J])\)" + c._NAMED_RIGHT_TAIL + r"|\b" + c._NAMED_AFTER_IS.pattern)
     assert c._named_right(clean) == [(m.start(), m.group(1) or m.group(2)) for m in named.finditer(clean)]
     listed: dict[str, str] = {}
@@ -404,6 +409,19 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
         pieces = [part for part in re.split(r"(?<=[.!?。])\s+(?=\S)", line) if part.strip()]
         assert c._last_sentence(line) == (pieces[-1] if pieces else line)
     assert c._clean(text) == c._clean(text.translate(c._WIDE))
+
+
+def test_the_choice_kind_reads_the_same_without_its_word_matcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cue words are found by an Aho-Corasick automaton (``ahocorasick_rs``, a dependency); where it does not import,
+    by a substring search per word: every text of the phrasing corpus reads the same either way."""
+    from scaffold.answers import _choice as c
+
+    assert c._cue_matcher() is not None  # installed with the package: the fast path is the one tested above
+    rows = corpus()
+    fast = [choice_of(row).extract(row["text"]) for row in rows]
+    monkeypatch.setattr(c, "_cue_matcher", lambda: None)
+    assert [choice_of(row).extract(row["text"]) for row in rows] == fast
+    assert sum(r == row["label"] for r, row in zip(fast, rows)) > 0.9 * len(rows)  # the readings are the real ones
 
 
 @pytest.mark.parametrize("text", [

@@ -34,6 +34,7 @@ its own options ("(A) red / (B) blue / ... The answer is blue.") is read against
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -215,18 +216,15 @@ def _script(text: str) -> int:
     return 0 if text.isascii() else 1 if _CJK_CHAR.search(text) else 2  # such a character is found early
 
 
-_NAMING = ("option", "choice")
-"""The cue words whose presence (anywhere, even within a word) decides which words need an "option" or a
-"choice" (:data:`_NEEDS`): they are looked for first, once, and their places kept."""
-_NAMING_STARTS = tuple((word, word in _BOUNDED) for word in _NAMING)
 _STARTS = {(script, named, bracketed, apostrophe): tuple(
     (word, word in _BOUNDED) for word in _CUE_WORDS
-    if word not in _NAMING and _script(word) in (0, script) and (named or _NEEDS.get(word) != _NAMED)
+    if _script(word) in (0, script) and (named or _NEEDS.get(word) != _NAMED)
     and (bracketed or _NEEDS.get(word) != _BRACKETED_LETTER) and (apostrophe or _NEEDS.get(word) != _APOSTROPHE))
     for script in (0, 1, 2) for named in (False, True) for bracketed in (False, True) for apostrophe in (False, True)}
-"""The words to look for besides :data:`_NAMING` (and whether each needs a word boundary before it), by the text's
-:func:`_script`, whether it has an "option" or "choice", whether it has a bracket, and whether it has an
-apostrophe."""
+"""The words to look for (and whether each needs a word boundary before it), by the text's :func:`_script`,
+whether it has an "option" or "choice", whether it has a bracket, and whether it has an apostrophe."""
+_ALLOWED = {key: frozenset(word for word, _ in words) for key, words in _STARTS.items()}
+""":data:`_STARTS` as sets of words, for filtering the places :func:`_cue_matcher` finds."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
                       r"[^\n]{0,40}\Z", re.IGNORECASE)
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
@@ -775,38 +773,69 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
     """Every cue of a cleaned text (``low``: its lower case), in order."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
-    starts: list[tuple[int, str]] = []
-    named = _word_starts(low, _NAMING_STARTS, starts)
-    words = _STARTS[(_script(low), named, "(" in low or "[" in low, "'" in low)]
-    return _matches_at_words(_CUE, clean, low, words, _CUE_AT, starts)
+    key = (_script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)
+    matcher = _cue_matcher()
+    if matcher is None:
+        starts: list[tuple[int, str]] = []
+        _word_starts(low, _STARTS[key], starts)
+    else:
+        starts = _matched_starts(low, key, matcher)
+    starts.sort()
+    return _matches_at(_CUE, clean, starts, _CUE_AT)
 
 
-def _word_starts(low: str, words: Sequence[tuple[str, bool]], starts: list[tuple[int, str]]) -> bool:
+@functools.cache
+def _cue_matcher() -> Any:
+    """One Aho-Corasick automaton of every cue word (``ahocorasick_rs``): it finds every place where any of them
+    starts in one pass over a text, where a substring search per word takes about thirty (``None`` where the
+    package does not import: the words are searched for one by one, with the same result)."""
+    try:
+        import ahocorasick_rs
+    except ImportError:
+        return None
+    return ahocorasick_rs.AhoCorasick(list(_CUE_WORDS))
+
+
+def _matched_starts(low: str, key: tuple[int, bool, bool, bool], matcher: Any) -> list[tuple[int, str]]:
+    """The places :func:`_word_starts` finds for the words of ``_STARTS[key]``, found by ``matcher``
+    (:func:`_cue_matcher`): every place any cue word starts, overlapping, kept where its word is one of the key's
+    and, for a bounded one, where a word starts."""
+    allowed, words, starts = _ALLOWED[key], _CUE_WORDS, []
+    for index, at, _ in matcher.find_matches_as_indexes(low, overlapping=True):
+        word = words[index]
+        if word in allowed and not (word in _BOUNDED and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
+            starts.append((at, word))
+    return starts
+
+
+def _word_starts(low: str, words: Sequence[tuple[str, bool]], starts: list[tuple[int, str]]) -> None:
     """Add to ``starts`` every place where one of ``words`` starts in ``low`` (one marked bounded only at a word's
-    start); whether any of them occurs at all, even within a word."""
-    occurs = False
+    start), with its word: a substring search per word."""
     for word, bounded in words:
         at = low.find(word)
         while at >= 0:
-            occurs = True
             if not (bounded and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
                 starts.append((at, word))
             at = low.find(word, at + 1)
-    return occurs
 
 
 def _matches_at_words(pattern: re.Pattern[str], text: str, low: str, words: Sequence[tuple[str, bool]],
-                      by_word: Mapping[str, re.Pattern[str]] | None = None,
-                      starts: list[tuple[int, str]] | None = None) -> list[re.Match[str]]:
+                      by_word: Mapping[str, re.Pattern[str]] | None = None) -> list[re.Match[str]]:
     """The matches of ``pattern`` in ``text`` that start where one of ``words`` starts in ``low`` (its lower case,
     as long), left to right and not overlapping: the regex is tried only there (a substring search is far cheaper
     than a regex tried at every character). A word marked bounded starts a match only at a word's start ("so", not
     "also"). ``by_word``: for each word, the part of ``pattern`` that can match where that word starts (the same
-    match, found without trying the alternatives that open otherwise); ``pattern`` itself where two words start.
-    ``starts``: where other words start, found already (:func:`_word_starts`)."""
-    starts = [] if starts is None else starts
+    match, found without trying the alternatives that open otherwise); ``pattern`` itself where two words start."""
+    starts: list[tuple[int, str]] = []
     _word_starts(low, words, starts)
     starts.sort()
+    return _matches_at(pattern, text, starts, by_word)
+
+
+def _matches_at(pattern: re.Pattern[str], text: str, starts: list[tuple[int, str]],
+                by_word: Mapping[str, re.Pattern[str]] | None = None) -> list[re.Match[str]]:
+    """The matches of ``pattern`` in ``text`` from the places ``starts`` (in order, each with the word that starts
+    there), left to right and not overlapping (see :func:`_matches_at_words`)."""
     out, end, tried = [], -1, -1
     for i, (at, word) in enumerate(starts):
         if at < end or at == tried:
