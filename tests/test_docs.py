@@ -33,7 +33,7 @@ NOT_RUN: list[tuple[str, str]] = sorted([
     ('README.md', 'installs packages'),
     ('README.md', 'needs the server above; tests/test_readme.py runs it against a served pocket model'),
     ('README.md', 'sets up .venv and installs; make test is what CI runs'),
-    ('docs/contributing.md', 'installs everything and runs the whole suite, about 24 minutes on 2 cores from a clean clone'),
+    ('docs/contributing.md', 'installs everything and runs the whole suite, about 24 minutes on 2 cores'),
     ('docs/getting-started.md', 'installs packages'),
     ('docs/getting-started.md', 'installs packages'),
     ('docs/getting-started.md', 'sets up .venv and installs; the demo takes minutes'),
