@@ -388,11 +388,11 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     assert [m.span() for m in c._cues(clean, low)] == _cues_by_every_word(clean, low)
     if len(low) == len(clean):  # the cue words found by one automaton, as by a substring search per word
         key = (c._script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)
-        scanned: list[tuple[int, str]] = []
-        c._word_starts(low, c._STARTS[key], scanned)
+        scanned = c._word_starts(low, c._STARTS[key])
         assert sorted(c._matched_starts(low, key, c._cue_matcher())) == sorted(scanned)
     named = re.compile(r"\(?([A-J])\)" + c._NAMED_RIGHT_TAIL + r"|\b" + c._NAMED_AFTER_IS.pattern)
-    assert c._named_right(clean) == [(m.start(), m.group(1) or m.group(2)) for m in named.finditer(clean)]
+    stated = c._NAMED_RIGHT_HINT.search(clean) is not None
+    assert c._named_right(clean, stated) == [(m.start(), m.group(1) or m.group(2)) for m in named.finditer(clean)]
     listed: dict[str, str] = {}
     for m in c._OPTION_LINE.finditer(text):  # every line that lists an option, as the regex of one line finds it
         if not c._VERDICT_LINE.match(m.group()):

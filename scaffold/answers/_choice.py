@@ -473,9 +473,10 @@ class ChoiceAnswer(AnswerKind):
             for m in _FIRST.finditer(clean, after or 0):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
                     out.append((m.start(), m.group(1)))
-        if after is None and not out and ")" in clean and ((worded and _contains(clean, _RIGHT_WORDS))
-                                                           or _NAMED_RIGHT_HINT.search(clean)):
-            out = [(at, letter if letter in self.letters else None) for at, letter in _named_right(clean)]
+        if after is None and not out and ")" in clean:
+            stated = _NAMED_RIGHT_HINT.search(clean) is not None
+            if stated or (worded and _contains(clean, _RIGHT_WORDS)):
+                out = [(at, letter if letter in self.letters else None) for at, letter in _named_right(clean, stated)]
         return out
 
     def _none_stated(self, clean: str, low: str) -> int | None:
@@ -745,22 +746,24 @@ def _final_line_answer(text: str) -> str | None:
     return None if _may_rank(text) else m.group(1)
 
 
-def _named_right(clean: str) -> list[tuple[int, str]]:
+def _named_right(clean: str, stated: bool) -> list[tuple[int, str]]:
     """Where an option is named with its text and said to be right (:data:`_NAMED_RIGHT`) or stated
     (:data:`_NAMED_AFTER_IS`), with its letter: the matches of either, left to right and not overlapping (at one
     place, the first kind first). Two regexes that each scan fast, rather than one of both that tries every
-    character."""
+    character. ``stated``: whether :data:`_NAMED_RIGHT_HINT` ("C) A") is in ``clean``; without it no statement
+    can match, and none is looked for."""
     found = []
     for m in _NAMED_RIGHT.finditer(clean):  # it matches from the ")" of "C)"
         start = m.start() - 2 if m.start() > 1 and clean[m.start() - 2] == "(" else m.start() - 1
         found.append((start, 0, m.end(), m.group(1)))
-    at = 0 if _NAMED_RIGHT_HINT.search(clean) else len(clean) + 1  # no "C) A": no statement to look for
-    while (stated := _NAMED_AFTER_IS.search(clean, at)) is not None:
-        if stated.start() and (clean[stated.start() - 1].isalnum() or clean[stated.start() - 1] == "_"):
-            at = stated.start() + 1  # within a word ("this", "maybe"): no statement
-            continue
-        found.append((stated.start(), 1, stated.end(), stated.group(1)))
-        at = stated.end()
+    if stated:
+        at = 0
+        while (match := _NAMED_AFTER_IS.search(clean, at)) is not None:
+            if match.start() and (clean[match.start() - 1].isalnum() or clean[match.start() - 1] == "_"):
+                at = match.start() + 1  # within a word ("this", "maybe"): no statement
+                continue
+            found.append((match.start(), 1, match.end(), match.group(1)))
+            at = match.end()
     out, end = [], -1
     for start, _, stop, letter in sorted(found):
         if start >= end:
@@ -775,11 +778,7 @@ def _cues(clean: str, low: str) -> list[re.Match[str]]:
         return list(_CUE.finditer(clean))
     key = (_script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)
     matcher = _cue_matcher()
-    if matcher is None:
-        starts: list[tuple[int, str]] = []
-        _word_starts(low, _STARTS[key], starts)
-    else:
-        starts = _matched_starts(low, key, matcher)
+    starts = _word_starts(low, _STARTS[key]) if matcher is None else _matched_starts(low, key, matcher)
     starts.sort()
     return _matches_at(_CUE, clean, starts, _CUE_AT)
 
@@ -808,15 +807,17 @@ def _matched_starts(low: str, key: tuple[int, bool, bool, bool], matcher: Any) -
     return starts
 
 
-def _word_starts(low: str, words: Sequence[tuple[str, bool]], starts: list[tuple[int, str]]) -> None:
-    """Add to ``starts`` every place where one of ``words`` starts in ``low`` (one marked bounded only at a word's
-    start), with its word: a substring search per word."""
+def _word_starts(low: str, words: Sequence[tuple[str, bool]]) -> list[tuple[int, str]]:
+    """Every place where one of ``words`` starts in ``low`` (one marked bounded only at a word's start), with its
+    word, word by word: a substring search per word."""
+    starts: list[tuple[int, str]] = []
     for word, bounded in words:
         at = low.find(word)
         while at >= 0:
             if not (bounded and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
                 starts.append((at, word))
             at = low.find(word, at + 1)
+    return starts
 
 
 def _matches_at_words(pattern: re.Pattern[str], text: str, low: str, words: Sequence[tuple[str, bool]],
@@ -826,10 +827,7 @@ def _matches_at_words(pattern: re.Pattern[str], text: str, low: str, words: Sequ
     than a regex tried at every character). A word marked bounded starts a match only at a word's start ("so", not
     "also"). ``by_word``: for each word, the part of ``pattern`` that can match where that word starts (the same
     match, found without trying the alternatives that open otherwise); ``pattern`` itself where two words start."""
-    starts: list[tuple[int, str]] = []
-    _word_starts(low, words, starts)
-    starts.sort()
-    return _matches_at(pattern, text, starts, by_word)
+    return _matches_at(pattern, text, sorted(_word_starts(low, words)), by_word)
 
 
 def _matches_at(pattern: re.Pattern[str], text: str, starts: list[tuple[int, str]],
