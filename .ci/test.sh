@@ -4,6 +4,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
+# Bytecode: where the environment says not to write it (PYTHONDONTWRITEBYTECODE, set on these machines), each of
+# the suite's few hundred Python processes (CLI runs, examples, docs pages, Ray workers, servers) compiled every
+# module of the project it imported from source again, and pytest rewrote every test module in each worker. The
+# project's modules are compiled once here, and the suite's processes may write what else they compile.
+unset PYTHONDONTWRITEBYTECODE
+"$BIN/python" -m compileall -q -j 0 scaffold graphs trainers tests benchmarks examples > /dev/null || exit 1
 # The whole suite needs both pocket builds: start them now, so they train while lint and mypy run and
 # the test session attaches to them (tests/background_builds.py). A chosen subset starts what it needs.
 if [ "$#" -eq 0 ]; then
