@@ -351,8 +351,8 @@ def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[P
     path, _ = pocket_quick
     done = subprocess.run(
         [sys.executable, "examples/train_spiral_sums.py", "--pocket-dir", str(path), "--budget", "1500",
-         "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "8",
-         "--validation-problems", "8",
+         "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "4",
+         "--validation-problems", "4",
          "--problems-per-step", "2", "--out", str(tmp_path), "--plot"],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -389,8 +389,8 @@ def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[P
     missing.unlink()
     again = subprocess.run(
         [sys.executable, "examples/train_spiral_sums.py", "--pocket-dir", str(path), "--budget", "1500",
-         "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "8",
-         "--validation-problems", "8", "--problems-per-step", "2", "--out", str(tmp_path)],
+         "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "4",
+         "--validation-problems", "4", "--problems-per-step", "2", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("reusing the finished run") == 4 * 3 - 1
