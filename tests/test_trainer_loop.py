@@ -349,12 +349,10 @@ def test_scaffold_train_cli_trains_logs_and_exports(pocket_quick: tuple[Path, An
 def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[Path, Any], tmp_path: Path) -> None:
     """examples/train_spiral_sums.py on the quick model, tiny budgets: sweep, seeds, both budgets, CIs, JSON."""
     path, _ = pocket_quick
-    done = subprocess.run(
-        [sys.executable, "examples/train_spiral_sums.py", "--pocket-dir", str(path), "--budget", "1500",
-         "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "4",
-         "--validation-problems", "4",
-         "--problems-per-step", "2", "--out", str(tmp_path), "--plot"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    plan = [sys.executable, "examples/train_spiral_sums.py", "--pocket-dir", str(path), "--budget", "1500",
+            "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "4",
+            "--validation-problems", "4", "--problems-per-step", "2", "--out", str(tmp_path)]
+    done = subprocess.run([*plan, "--plot"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr and "deprecat" not in done.stderr.lower()
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -387,11 +385,7 @@ def test_train_spiral_experiment_prints_its_table_and_json(pocket_quick: tuple[P
     # killed after all but one run: started again with the same plan, it retrains only what is missing
     missing = next(tmp_path.glob("spiral-seed1-*.run.pt"))
     missing.unlink()
-    again = subprocess.run(
-        [sys.executable, "examples/train_spiral_sums.py", "--pocket-dir", str(path), "--budget", "1500",
-         "--equal-steps", "2", "--lrs", "1e-5", "3e-5", "--seeds", "0", "1", "--eval-problems", "4",
-         "--validation-problems", "4", "--problems-per-step", "2", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    again = subprocess.run(plan, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("reusing the finished run") == 4 * 3 - 1
     assert f"{missing.name.removesuffix('.run.pt')}: reusing" not in again.stdout
