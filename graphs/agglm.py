@@ -20,6 +20,7 @@ model, an earlier run), passed per run as the graph input ``given``; with
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import scaffold as sf
@@ -35,8 +36,10 @@ def agglm(
     aggregator: str = "aggregator",
     prompt: str = SOLVE_PROMPT,
     aggregate_prompt: str = AGGREGATE_PROMPT,
+    render: Callable[[Sequence[sf.Trace]], str] | None = None,
 ) -> Any:
-    """``n`` samples (node ``candidates``), then one aggregator call reading them all (``aggregate``).
+    """``n`` samples (node ``candidates``), then one aggregator call reading them all (``aggregate``), which shows
+    them with ``render`` (``None``: :func:`scaffold.format_candidates`, each one's whole text).
 
     Examples:
         >>> from graphs import agglm
@@ -44,7 +47,7 @@ def agglm(
         {'solver': 8, 'aggregator': 1}
     """
     cands = sf.sample(prompt, model=model, n=n, name="candidates")
-    return sf.aggregate(cands, model=aggregator, prompt=aggregate_prompt, name="aggregate")
+    return sf.aggregate(cands, model=aggregator, prompt=aggregate_prompt, name="aggregate", render=render)
 
 
 @sf.graph(name="ssa")

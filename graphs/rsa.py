@@ -17,6 +17,7 @@ same, without saying whether subsets of one step may repeat; here they may).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import scaffold as sf
@@ -38,13 +39,15 @@ def rsa(
     aggregate_temperature: float | None = None,
     max_tokens: int | None = None,
     equivalence: sf.Equivalence | None = None,
+    render: Callable[[Sequence[sf.Trace]], str] | None = None,
 ) -> Any:
     """N samples, then T steps of N aggregations over random K-subsets; optionally a final vote.
 
     ``logprobs=True`` records every call's token logprobs (what training on RSA rollouts needs);
     ``aggregate_temperature`` samples the aggregations at their own temperature (``None``: the model's);
     ``max_tokens`` is each first sample's token budget (``None``: the model's); ``equivalence`` is the final
-    vote's (``None``: :func:`scaffold.equivalent`, mathematical equivalence).
+    vote's (``None``: :func:`scaffold.equivalent`, mathematical equivalence); ``render`` shows the candidates in
+    ``{candidates}`` (``None``: :func:`scaffold.format_candidates`, each one's whole text).
 
     Examples:
         >>> from graphs import rsa
@@ -56,7 +59,7 @@ def rsa(
     params = None if aggregate_temperature is None else {"temperature": float(aggregate_temperature)}
     for step in range(1, steps + 1):
         pop = sf.aggregate(pop, model=model, k=k, n=n, prompt=aggregate_prompt, name=f"step{step}",
-                           logprobs=logprobs, params=params)
+                           logprobs=logprobs, params=params, render=render)
     return sf.vote(pop, name="vote", equivalence=equivalence or sf.equivalent) if final_vote else pop
 
 

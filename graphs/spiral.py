@@ -33,6 +33,7 @@ fixed solver); bind ``model`` and ``aggregator`` to different aliases for that.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import scaffold as sf
@@ -74,6 +75,7 @@ def spiral(
     aggregate_temperature: float | None = None,
     max_tokens: int | None = None,
     equivalence: sf.Equivalence | None = None,
+    render: Callable[[Sequence[sf.Trace]], str] | None = None,
 ) -> Any:
     """``n`` search samples, ``sets`` distinct ``k``-subsets, ``aggregations`` per subset, then a vote (for evaluation).
 
@@ -84,7 +86,8 @@ def spiral(
     model's), so that a set's N2 aggregations can disagree and their set-relative credit is not 0.
     ``max_tokens`` is each search sample's token budget (``None``: the model's). ``equivalence`` is the final
     vote's (``None``: :func:`scaffold.equivalent`); a task whose answers are not numbers passes its own, both to
-    vote right and because mathematical equivalence is slow on long non-numeric answers.
+    vote right and because mathematical equivalence is slow on long non-numeric answers. ``render`` shows the
+    candidates in the aggregation prompt's ``{candidates}`` (``None``: :func:`scaffold.format_candidates`).
 
     Examples:
         >>> from graphs import spiral
@@ -97,7 +100,7 @@ def spiral(
     candidates = sf.sample(prompt, model=model, n=n, logprobs=True, name="search", params=_budget(max_tokens))
     aggregated = sf.aggregate(candidates, model=model, select=subsets, samples=aggregations,
                               prompt=aggregate_prompt, logprobs=True, name="aggregate",
-                              params=_temperature(aggregate_temperature))
+                              params=_temperature(aggregate_temperature), render=render)
     return sf.vote(aggregated, name="vote", equivalence=equivalence or sf.equivalent)
 
 
@@ -115,10 +118,11 @@ def agglm_data(
     aggregate_temperature: float | None = None,
     max_tokens: int | None = None,
     equivalence: sf.Equivalence | None = None,
+    render: Callable[[Sequence[sf.Trace]], str] | None = None,
 ) -> Any:
     """``n`` samples split into consecutive sets of ``k``, each aggregated; hard/easy selection happens at credit time.
 
-    ``equivalence`` is the final vote's, as in :func:`spiral`.
+    ``equivalence`` and ``render`` are as in :func:`spiral`.
 
     Examples:
         >>> from graphs import agglm_data
@@ -128,7 +132,7 @@ def agglm_data(
     drafts = sf.sample(prompt, model=model, n=n, logprobs=True, name="samples", params=_budget(max_tokens))
     aggregated = sf.aggregate(drafts, model=aggregator, select=sf.Partition(k, drop_remainder=True),
                               samples=aggregations, prompt=aggregate_prompt, logprobs=True, name="aggregate",
-                              params=_temperature(aggregate_temperature))
+                              params=_temperature(aggregate_temperature), render=render)
     return sf.vote(aggregated, name="vote", equivalence=equivalence or sf.equivalent)
 
 

@@ -171,6 +171,25 @@ def test_agglm_aggregator_reads_every_candidate():
     assert all(t.text in aggregator.requests[0].last_content for t in result.node("candidates"))
 
 
+def test_ready_topologies_show_candidates_with_the_render_given():
+    """``render=`` reaches the aggregation prompt of agglm, rsa and spiral: the aggregator reads what it returns."""
+    def shown(traces: list[sf.Trace]) -> str:
+        return " | ".join(f"<{t.text.split()[1]}>" for t in traces)
+
+    for g, candidates in ((graphs.agglm.build(n=3, render=shown), "candidates"),
+                          (graphs.rsa.build(n=3, k=3, steps=1, final_vote=False, render=shown), "step0"),
+                          (graphs.spiral.build(n=3, k=3, sets=1, aggregations=1, render=shown), "search")):
+        solver = counting("s")
+        result = g.run_sync({"problem": "1"}, models={"solver": solver, "aggregator": solver}, store=None)
+        numbers = [t.text.split()[1] for t in result.node(candidates)]
+        aggregation = solver.requests[-1].last_content
+        assert all(f"<{n}>" in aggregation for n in numbers) and aggregation.count(" | ") == 2
+        assert "Candidate 1:" not in aggregation
+    plain = counting("s")
+    graphs.rsa.build(n=2, k=2, steps=1).run_sync({"problem": "1"}, models={"solver": plain}, store=None)
+    assert "Candidate 1:\ns " in plain.requests[-1].last_content  # None: format_candidates, each whole text
+
+
 def test_agglm_can_recover_the_minority_answer_the_vote_loses():
     """An aggregator that checks the candidates returns the correct minority; a vote over them returns the majority."""
     result = graphs.agglm.run_sync({"problem": "2+2"}, models={"solver": ScriptedBackend(minority_script()),

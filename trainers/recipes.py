@@ -39,6 +39,7 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,7 @@ def recipe(
     dynamic_sampling: int = 0,
     max_tokens: int | None = None,
     equivalence: sf.Equivalence | None = None,
+    render: Callable[[Sequence[sf.Trace]], str] | None = None,
 ) -> Recipe:
     """The recipe ``name`` (one of :data:`METHODS`; ``"agglm"`` is the aggregator-only one) with these sizes.
 
@@ -87,12 +89,13 @@ def recipe(
     passed on in ``loop_options``. ``max_tokens`` is every first sample's (candidate's) token budget, ``None``
     for the loop's sampling parameters (a task whose candidates must fit a budget sets it; aggregations keep
     the loop's). ``equivalence`` is the graphs' final vote's (``None``: mathematical equivalence; the vote is not
-    trained, but it runs every rollout, so a task with non-numeric answers passes its own). Raises ``ValueError``
-    for an unknown name.
+    trained, but it runs every rollout, so a task with non-numeric answers passes its own). ``render`` shows the
+    candidates in every aggregation prompt (``None``: :func:`scaffold.format_candidates`; the parts task passes
+    :meth:`~scaffold.pocket.PartsTask.show_candidates`). Raises ``ValueError`` for an unknown name.
     """
     temperature = {"aggregate_temperature": aggregate_temperature}
     prompts = {"prompt": prompt, "aggregate_prompt": aggregate_prompt, "max_tokens": max_tokens,
-               "equivalence": equivalence}
+               "equivalence": equivalence, "render": render}
     given = {"scale_by_std": scale_by_std, "mixed_sets_only": mixed_sets_only, "dynamic_sampling": dynamic_sampling}
     options = {key: value for key, value in given.items() if value}
     if name == "grpo":
