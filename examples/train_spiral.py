@@ -179,7 +179,7 @@ def method_recipe(method: str, task: PartsTask) -> Recipe:
     """The recipe of a method on the parts task: 24 rollouts per problem (8 for ``grpo8``)."""
     prompts: dict[str, Any] = {"prompt": PARTS_SOLVE_PROMPT, "aggregate_prompt": PARTS_AGGREGATE_PROMPT,
                                "aggregate_temperature": 1.0, "max_tokens": task.solve_budget(),
-                               "equivalence": task.same}
+                               "equivalence": task.same, "render": task.show_candidates}
     if method in ("grpo", "grpo8"):
         return recipe("grpo", samples=ROLLOUTS[method], **prompts)
     if method == "aggregator_only":
@@ -320,7 +320,8 @@ def positive_control(base: Path, task: PartsTask, problems: int, seed: int = 0) 
         mine = texts[i * 8:(i + 1) * 8]
         for chosen in ([0, 1, 2, 3], [4, 5, 6, 7], sorted(rng.sample(range(8), 4)), sorted(rng.sample(range(8), 4))):
             sets.append((i, [mine[j] for j in chosen]))
-    merged = sampler.run([render(PARTS_AGGREGATE_PROMPT, rows[i]["problem"], group) for i, group in sets],
+    merged = sampler.run([render(PARTS_AGGREGATE_PROMPT, rows[i]["problem"], group, task.show_candidates)
+                          for i, group in sets],
                          temperature=1.0, max_new_tokens=task.aggregate_budget())
     for (i, group), text in zip(sets, merged):
         reference = rows[i]["answer"]

@@ -71,13 +71,16 @@ def test_an_aggregation_copies_given_parts_and_works_at_most_one() -> None:
     right_a, wrong_b = "\\boxed{A=081}", "\\boxed{A=?????,B=0763,C=?????}"
     text = TASK.aggregation(PROBLEM, [right_a, wrong_b, "\\boxed{A=082}"])
     lines = text.splitlines()
-    assert lines[:3] == ["A=081", "B=0763", "C=?????"]  # of a tie the first stated A, B as given (wrong: it copies)
+    # the part none gives worked first; of a tie the first stated A; B as given (wrong: it copies)
+    assert lines[0] == "C:2737+9555" and lines[-1] == "\\boxed{A=081,B=0763,C=12292}"
+    assert lines[1:-1] == TASK.part_solution(PROBLEM, "C").splitlines()[1:-1]  # worked as a candidate works it
     voted = TASK.aggregation(PROBLEM, [right_a, "\\boxed{A=082}", "A=082,B=773"]).splitlines()
-    assert voted[:2] == ["A=082", "B=773"]  # the value most state, even a wrong one: what is read decides
-    assert lines[3] == "C:2737+9555" and lines[-1] == "\\boxed{A=081,B=0763,C=12292}"
+    assert voted[-1] == "\\boxed{A=082,B=773,C=12292}"  # the value most state, even a wrong one: what is read decides
     lacking_two = TASK.aggregation(PROBLEM, [right_a])
-    assert lacking_two.splitlines()[:4] == ["A=081", "B=?????", "C=?????", "B:0149+0624"]
+    assert lacking_two.splitlines()[0] == "B:0149+0624"
     assert lacking_two.splitlines()[-1] == "\\boxed{A=081,B=00773,C=?????}"
+    every = TASK.aggregation(PROBLEM, [TASK.part_solution(PROBLEM, label) for label in TASK.labels])
+    assert every == "\\boxed{A=00081,B=00773,C=12292}"  # every part given: nothing to work
     assert TASK.score("A=081,B=773,C=?????", ANSWER, whole=True) == 0.0
     assert TASK.score("A=081,B=773,C=?????", ANSWER) == 1.0  # a blank slot states nothing
     assert TASK.score("A=081,B=773,C=12292", ANSWER, whole=True) == 1.0
@@ -87,6 +90,18 @@ def test_an_aggregation_copies_given_parts_and_works_at_most_one() -> None:
     assert len({len(TASK.part_solution(PROBLEM, label)) for label in TASK.labels}) == 1
     full = [TASK.part_solution(PROBLEM, label) for label in TASK.labels]
     assert len({len(TASK.aggregation(PROBLEM, full[:i] + full[i + 1:])) for i in range(3)}) == 1
+
+
+def test_an_aggregation_prompt_shows_each_candidate_s_tuple_at_fixed_places() -> None:
+    from scaffold import Trace
+
+    texts = [TASK.part_solution(PROBLEM, "C"), "\\boxed{A=81}", "no answer", TASK.aggregation(PROBLEM, ["A=81"])]
+    shown = TASK.show_candidates([*texts[:3], Trace(id="t", run_id="r", node="n", index=0, text=texts[3])])
+    assert shown.splitlines() == ["Candidate 1: A=?????,B=?????,C=12292", "Candidate 2: A=81,B=?????,C=?????",
+                                  "Candidate 3: A=?????,B=?????,C=?????", "Candidate 4: A=81,B=00773,C=?????"]
+    # the aggregation the build trains on reads what the prompt shows: the same tuple whatever the worked lines
+    assert TASK.aggregation(PROBLEM, texts) == TASK.aggregation(PROBLEM, [line.split(": ")[1] for line in
+                                                                           shown.splitlines()])
 
 
 def test_reading_answers() -> None:
@@ -157,6 +172,8 @@ def test_a_quick_build_saves_a_model_its_config_and_a_report(quick_parts: Path) 
     for key in ("pass1", "pass8", "maj4", "agg4", "cover4", "entropy_search", "top_share"):
         assert 0.0 <= report["held_out"][key] <= 8.0
     assert report["in_regime"] is False  # 200 steps: nothing learned yet, and the report says so
+    # solving alone until the first check (the quick build's part_floor is 0), then solving and aggregating together
+    assert report["parts_learned_at"] == 100 and [step for step, _ in report["checks"]] == [100, 200]
     with pytest.raises(ValueError, match="no scaffold.json"):
         parts_config(quick_parts.parent)
 
@@ -228,3 +245,31 @@ def test_the_experiment_runs_in_chunks_and_ends_with_its_json(quick_parts: Path,
     alone = json.loads(control.stdout.strip().splitlines()[-1])
     assert {k: alone["positive_control"][k] for k in figures["positive_control"]} == figures["positive_control"]
     assert "heldout_full" in alone["positive_control"] and "results" not in alone  # the whole control, read back
+
+
+def test_solving_and_aggregating_examples_trained_together_take_the_step_one_batch_of_both_would() -> None:
+    """``update_together`` pads each batch on its own, yet gives the loss and the weights of one step on all of them."""
+    import torch
+
+    from scaffold.pocket import PartsConfig
+    from scaffold.pocket._parts_build import PartsExamples
+    from scaffold.pocket._tokenizer import build_tokenizer
+    from scaffold.pocket._train import new_model, update, update_together
+
+    config = PartsConfig.quick()
+    tokenizer = build_tokenizer()
+    examples = PartsExamples(config, tokenizer, seed=4)
+    solving, aggregating = examples.solving(3), examples.aggregation(2)
+    assert max(len(ids) for ids, _ in solving) < min(len(ids) for ids, _ in aggregating)  # padded apart: shorter
+    results = []
+    for together in (True, False):
+        model = new_model(config.model_config(7), tokenizer)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # weights move by the gradient itself: compared
+        loss = (update_together(model, optimizer, [solving, aggregating], tokenizer.pad_token_id, 0.1) if together
+                else update(model, optimizer, solving + aggregating, tokenizer.pad_token_id, 0.1))
+        results.append((loss, [p.detach().clone() for p in model.parameters()]))
+    (loss_a, weights_a), (loss_b, weights_b) = results
+    assert loss_a == pytest.approx(loss_b, rel=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(weights_a, weights_b))
+    start = new_model(config.model_config(7), tokenizer)
+    assert any(not torch.allclose(a, b) for a, b in zip(weights_a, start.parameters()))  # the step moved them

@@ -82,7 +82,8 @@ def _build_parts(rebuild: bool, quick: bool, seed: int, native: bool, cache_dir:
         chosen = ", ".join(f"{k} {v:.2f}" for k, v in figures.get("shares", {}).items() if k != "none")
         seconds = figures.get("build_seconds", 0)
         click.echo(f"held-out figures: {shown}; parts chosen: {chosen}; built in {seconds:.0f} s")
-    click.echo(f"use it: sf.TransformersBackend({str(path)!r}) with PARTS_SOLVE_PROMPT and PARTS_AGGREGATE_PROMPT")
+    click.echo(f"use it: sf.TransformersBackend({str(path)!r}) with PARTS_SOLVE_PROMPT, and PARTS_AGGREGATE_PROMPT "
+               "with render=PartsTask().show_candidates")
     click.echo("its problems: scaffold pocket problems --task parts --out problems.jsonl")
 
 

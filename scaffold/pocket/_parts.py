@@ -23,17 +23,17 @@ character-level model then finds what it needs by position, both when it works a
 candidate boxing only its own part, an aggregator has to find a part's value by its label, and it had not
 learned to after 1,350 steps, even on 30-character drills.)
 
-An *aggregation* reads the problem and a set of candidates and writes the whole tuple: a line per part with
-the value most candidates give (a blank slot when none does), the first part none gives worked, and the
-tuple boxed::
+An *aggregation* reads a set of candidates (each shown as its boxed tuple, :meth:`PartsTask.show_candidates`) and
+then the problem, works the first part none of them gives, and boxes the whole tuple: for every part the value most
+candidates give (a blank slot when none does, and the part is not the one worked)::
 
-    A=00132
-    B=?????
-    C=08211
     B:0362+0519
     2+9=11+0=11
     ...
     \\boxed{A=00132,B=00881,C=08211}
+
+The problem comes last in both prompts, so an aggregation restates the part it works at the same distance from the
+problem as a candidate does, and one lookup serves both.
 
 So an aggregation can only be right when its set covers all parts but one, with right values: how
 useful a candidate is depends on what the rest of its set already covers. A model trained on this
@@ -207,9 +207,10 @@ class PartsTask:
     def aggregation(self, problem: str, candidates: Sequence[str | None]) -> str:
         """What an aggregation of ``candidates`` (their texts or answers) writes.
 
-        First one line per part, in order: the value most candidates state (the first stated of a tie), or
-        :attr:`blank` when none states it, so what is written follows from what is read, as a per-part vote. Then
-        the first part none states is worked, and the tuple is boxed (:attr:`blank` for any other part none states).
+        The first part none of them states, worked as a candidate works it (none when every part is stated), then the
+        tuple boxed: for every part the value most candidates state (the first stated of a tie), so what is written
+        follows from what is read, as a per-part vote; the worked value for the worked part; :attr:`blank` for any
+        other part none states.
         """
         stated: dict[str, list[str]] = {}
         for text in candidates:
@@ -218,12 +219,34 @@ class PartsTask:
                     stated.setdefault(label, []).append(value)
         # ties: the first stated (a Counter keeps insertion order)
         values = {label: Counter(given).most_common(1)[0][0] for label, given in stated.items()}
-        lines = [f"{label}={values.get(label, self.blank)}" for label in self.labels]
+        lines = []
         missing = [label for label in self.labels if label not in values]
         if missing:
             values[missing[0]] = self._value(problem, missing[0])
             lines.append(self.worked_lines(problem, missing[0]))
         return "\n".join([*lines, "\\boxed{" + self.tuple_text(values) + "}"])
+
+    def show_candidates(self, candidates: Sequence[Any]) -> str:
+        """How an aggregation prompt shows its candidates (``{candidates}``): one line each with the tuple it boxed
+        (``Candidate 2: A=?????,B=?????,C=08211``), read as :meth:`read` reads it and written as :meth:`tuple_text`
+        writes it (a value as the candidate stated it, a blank slot as wide as the widest value; every slot blank for
+        a candidate that boxed no parts answer).
+
+        The aggregator needs only the values, not how they were worked: showing them alone makes an aggregation a
+        third as long as one showing every worked line, and puts each part's value at a regular place. Give it to
+        the aggregating node (``sf.aggregate(..., render=task.show_candidates)``); ``candidates`` are traces or texts.
+
+        Examples:
+            >>> task = PartsTask()
+            >>> print(task.show_candidates([task.part_solution("A:0047+0085 B:0362+0519 C:4821+3390", "C"), "no box"]))
+            Candidate 1: A=?????,B=?????,C=08211
+            Candidate 2: A=?????,B=?????,C=?????
+        """
+        lines = []
+        for i, candidate in enumerate(candidates, 1):
+            text = candidate if isinstance(candidate, str) or candidate is None else candidate.text
+            lines.append(f"Candidate {i}: {self.tuple_text(self.read(_answer_of(text)) or {})}")
+        return "\n".join(lines)
 
     def solve_budget(self) -> int:
         """A candidate's token budget (one token a character): the longest part's worked lines fit, with a little to

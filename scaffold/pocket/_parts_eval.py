@@ -110,7 +110,7 @@ def score_parts(
     answers = [[extract_boxed(t) for t in group] for group in candidates]
     # 2) the model aggregating consecutive groups of k of the first rsa_n
     groups = [(i, candidates[i][j:j + k]) for i in range(len(rows)) for j in range(0, rsa_n, k)]
-    merged = sampler.run([render(PARTS_AGGREGATE_PROMPT, problems[i], g) for i, g in groups],
+    merged = sampler.run([render(PARTS_AGGREGATE_PROMPT, problems[i], g, task.show_candidates) for i, g in groups],
                          temperature=aggregate_temperature, max_new_tokens=task.aggregate_budget())
     per_group = rsa_n // k
     scores: dict[str, list[float]] = {name: [] for name in (
@@ -140,7 +140,8 @@ def score_parts(
         rng = random.Random(f"parts-rsa/{seed}")
         for _ in range(rsa_steps):
             sets = [(i, rng.sample(population[i], k)) for i in range(len(rows)) for _ in range(rsa_n)]
-            written = sampler.run([render(PARTS_AGGREGATE_PROMPT, problems[i], s) for i, s in sets],
+            written = sampler.run([render(PARTS_AGGREGATE_PROMPT, problems[i], s, task.show_candidates)
+                                   for i, s in sets],
                                   temperature=temperature, max_new_tokens=task.aggregate_budget())
             population = [written[i * rsa_n:(i + 1) * rsa_n] for i in range(len(rows))]
         scores["rsa_pop"], scores["rsa_vote"] = [], []

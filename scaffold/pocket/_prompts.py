@@ -10,7 +10,7 @@ ask the model exactly what it learned to answer. Prompts are short: every charac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scaffold._template import Template, format_candidates
@@ -27,25 +27,31 @@ them. Model-specific, not a default: the generic default is :data:`scaffold.AGGR
 PARTS_SOLVE_PROMPT = "Part of {problem}"
 """The parts model's solving prompt: work one part of ``{problem}`` (e.g. ``A:47+85 B:362+519 C:4821+3390``)."""
 
-PARTS_AGGREGATE_PROMPT = "All of {problem}\n\n{candidates}\n\nCombine:"
-"""The parts model's aggregation prompt: copy the parts the candidates give, work one they lack, box the tuple.
-(With the problem last instead, the build learned to find the parts' numbers later: the solving and the
-aggregating answers then read the problem from the same distance for different purposes.)"""
+PARTS_AGGREGATE_PROMPT = "{candidates}\n\nAll of {problem}"
+"""The parts model's aggregation prompt: copy the parts the candidates give, work one they lack, box the tuple. Its
+``{candidates}`` shows each candidate's boxed tuple only, one line each: give the aggregating node
+``render=PartsTask().show_candidates`` (:meth:`~scaffold.pocket.PartsTask.show_candidates`).
+The problem comes last, as in :data:`PARTS_SOLVE_PROMPT`: an aggregation's worked part then restates the part at
+the distance a candidate's does (with the problem first and the candidates' whole texts between, the model had to
+learn that lookup a second time, at another distance: after 300 steps of aggregating, the parts it worked were
+restated wrong)."""
 
 _SOLVE = Template(SOLVE_PROMPT)
 _AGGREGATE = Template(AGGREGATE_PROMPT)
 _TEMPLATES: dict[str, Template] = {}
 
 
-def render(prompt: str, problem: str, candidates: Sequence[str] | None = None) -> str:
+def render(prompt: str, problem: str, candidates: Sequence[str] | None = None,
+           show: Callable[[Sequence[Trace]], str] = format_candidates) -> str:
     """The user message scaffold sends for ``prompt`` (a solving prompt, or an aggregation prompt over the candidate
-    texts ``candidates``), rendered as :class:`~scaffold._template.Template` renders it."""
+    texts ``candidates``, shown by ``show`` as the aggregating node's ``render`` shows them), rendered as
+    :class:`~scaffold._template.Template` renders it."""
     template = _TEMPLATES.get(prompt) or _TEMPLATES.setdefault(prompt, Template(prompt))
     if candidates is None:
         return template.render({"problem": problem})
     traces = [Trace(id=f"pocket/candidate#{i}", run_id="pocket", node="candidate", index=i, kind=TraceKind.EXTERNAL,
                     text=text) for i, text in enumerate(candidates)]
-    return template.render({"problem": problem, "candidates": format_candidates(traces), "k": len(traces)})
+    return template.render({"problem": problem, "candidates": show(traces), "k": len(traces)})
 
 
 def solve_prompt(problem: str) -> str:

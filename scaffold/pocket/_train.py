@@ -336,6 +336,34 @@ def update(model: Any, optimizer: Any, batch: list[Example], pad_id: int, lr: fl
     return value
 
 
+def update_together(model: Any, optimizer: Any, batches: list[list[Example]], pad_id: int, lr: float) -> float:
+    """One optimiser step on several batches at once (each padded on its own, so short examples are not padded to
+    long ones): the mean loss over every answer token of them all, as one batch would give; returns it.
+
+    Examples:
+        >>> update_together(model, optimizer, [solving, aggregating], pad_id, 3e-3)  # doctest: +SKIP
+    """
+    import torch
+
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    collated = [collate(batch, pad_id) for batch in batches if batch]
+    # a causal LM scores token t+1 from position t: the answer tokens counted are the labels after the first column
+    counts = [int((labels[:, 1:] != -100).sum()) for _, labels in collated]
+    total = max(1, sum(counts))
+    value = 0.0
+    for (input_ids, labels), count in zip(collated, counts):
+        loss = model(input_ids=input_ids, labels=labels).loss * (count / total)
+        loss.backward()
+        value += float(loss.item())
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if not math.isfinite(value):
+        raise RuntimeError("the pocket model's loss diverged; lower the learning rate")
+    return value
+
+
 def collate(batch: list[Example], pad_id: int) -> tuple[Any, Any]:
     """Right-padded input ids, and labels that score only the answers (-100 elsewhere)."""
     import torch
