@@ -108,6 +108,13 @@ def _check_alias(model: Any, what: str) -> str:
     return model
 
 
+def _check_render(render: object, what: str) -> None:
+    """A build error for a ``render`` that is not a function (it would fail only when the node runs)."""
+    if render is not None and not callable(render):
+        raise GraphDefinitionError(f"sf.{what}(): render must be a function of the candidate traces returning the "
+                                   f"text of {{candidates}}, got {type(render).__name__}")
+
+
 def _call_node(
     what: str,
     *,
@@ -132,6 +139,7 @@ def _call_node(
     if samples < 1:
         raise SubsetSizeError(f"sf.{what}(): the number of samples must be at least 1, got {samples}")
     extract = as_extractor(extract, f"sf.{what}()")
+    _check_render(render, what)
     prompt_t = as_template(prompt)
     system_t = as_template(system) if system is not None else None
     reserved = {"candidates", "k"} if items is not None else set()

@@ -188,6 +188,8 @@ def test_ready_topologies_show_candidates_with_the_render_given():
     plain = counting("s")
     graphs.rsa.build(n=2, k=2, steps=1).run_sync({"problem": "1"}, models={"solver": plain}, store=None)
     assert "Candidate 1:\ns " in plain.requests[-1].last_content  # None: format_candidates, each whole text
+    with pytest.raises(sf.GraphDefinitionError, match="render must be a function"):
+        graphs.rsa.build(n=2, k=2, steps=1, render="answers only")  # caught when the graph is built, not run
 
 
 def test_agglm_can_recover_the_minority_answer_the_vote_loses():

@@ -320,20 +320,7 @@ class WeightAverage:
 
 def update(model: Any, optimizer: Any, batch: list[Example], pad_id: int, lr: float) -> float:
     """One optimiser step on one batch at learning rate ``lr``; returns the loss."""
-    import torch
-
-    input_ids, labels = collate(batch, pad_id)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    loss = model(input_ids=input_ids, labels=labels).loss
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    value = float(loss.item())
-    if not math.isfinite(value):
-        raise RuntimeError("the pocket model's loss diverged; lower the learning rate")
-    return value
+    return update_together(model, optimizer, [batch], pad_id, lr)
 
 
 def update_together(model: Any, optimizer: Any, batches: list[list[Example]], pad_id: int, lr: float) -> float:
