@@ -85,7 +85,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -586,12 +586,18 @@ def table(title: str, results: dict[str, Any], ci: dict[str, Any], *, bare: bool
 def _fingerprint(base: Path) -> str:
     """The base model a result depends on: its build's config fingerprint and a hash of its weights. The config
     alone is not enough: the same config trains different weights on an Intel and an AMD processor, and a result
-    from one must not be resumed or reused on the other."""
-    meta = json.loads((Path(base) / "scaffold.json").read_text())
+    from one must not be resumed or reused on the other. Read once per directory and process (every result's key
+    asks for it; the base weights do not change while the experiment runs)."""
+    return _fingerprint_of(Path(base).resolve())
+
+
+@cache
+def _fingerprint_of(base: Path) -> str:
+    meta = json.loads((base / "scaffold.json").read_text())
     digest = hashlib.sha256()
-    for weights in sorted(Path(base).glob("*.safetensors")):
+    for weights in sorted(base.glob("*.safetensors")):
         digest.update(weights.read_bytes())
-    return f"{meta.get('fingerprint', Path(base).name)}-{digest.hexdigest()[:12]}"
+    return f"{meta.get('fingerprint', base.name)}-{digest.hexdigest()[:12]}"
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -245,6 +245,23 @@ def test_the_experiment_runs_in_chunks_and_ends_with_its_json(quick_parts: Path,
     alone = json.loads(control.stdout.strip().splitlines()[-1])
     assert {k: alone["positive_control"][k] for k in figures["positive_control"]} == figures["positive_control"]
     assert "heldout_full" in alone["positive_control"] and "results" not in alone  # the whole control, read back
+    # the same config with other weights (as an Intel build of an AMD one's config): nothing is reused
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    other = shutil.copytree(quick_parts, tmp_path / "other-weights")
+    weights = next(other.glob("*.safetensors"))
+    tensors = load_file(weights)
+    first = sorted(tensors)[0]
+    tensors[first] = tensors[first] + 1e-3
+    save_file(tensors, weights, metadata={"format": "pt"})
+    keyed = json.loads((tmp_path / "r" / "control.json").read_text())["key"]["base"]
+    moved = subprocess.run([*plan, "--control-only", "--model-dir", str(other)], capture_output=True, text=True,
+                           timeout=600)
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    rekeyed = json.loads((tmp_path / "r" / "control.json").read_text())["key"]["base"]
+    assert rekeyed != keyed and rekeyed.rsplit("-", 1)[0] == keyed.rsplit("-", 1)[0]  # same config, other weights
 
 
 def test_solving_and_aggregating_examples_trained_together_take_the_step_one_batch_of_both_would() -> None:
