@@ -256,6 +256,34 @@ def test_choice_with_options_in_chinese_or_japanese_reads_an_option_named_withou
     assert kind.extract("経皮的肝生検か腹部造影CTが必要である。") is None  # two options named: no single choice
 
 
+def test_choice_with_options_reads_the_one_option_a_conclusion_paraphrases() -> None:
+    """No choice stated: the option whose content the end of the text holds (other words, other languages)."""
+    tendons = ChoiceAnswer(choices=("El tendón del músculo tibial posterior.", "El ligamento peroneo-astragalino "
+                                    "anterior.", "El tendón del músculo flexor largo del dedo gordo."))
+    text = "Weighing each structure...\n\nSo the posterior tibial tendon is the most likely affected structure."
+    assert tendons.extract(text) == "A"
+    croup = ChoiceAnswer(choices=("「人工呼吸管理を行います」", "「β2刺激薬吸入を行います」",
+                                  "「アドレナリン吸入を行います」"))
+    assert croup.extract("クループ症候群が考えられる。クループ症候群の治療としてアドレナリン吸入が適切である。") == "C"
+    # it abstains where a paraphrase could be either, or no answer
+    assert tendons.extract("Either the tibial tendon or the flexor tendon of the big toe (flexor largo).") is None
+    assert tendons.extract(text + "\n\nNone of these fits perfectly, though.") is None
+    assert tendons.extract(r"The answer is \boxed{12}. The posterior tibial tendon is most likely.") is None
+    pairs = ChoiceAnswer(choices=("True, False", "False, True", "True, True"))  # the same words in two options
+    assert pairs.extract("Statement 1 is false and statement 2 is true.") is None
+
+
+@given(st.lists(st.text(max_size=40), min_size=2, max_size=5), st.text(max_size=600))
+def test_a_paraphrased_option_is_one_of_the_options_or_none(choices: list[str], text: str) -> None:
+    """Property: the last resort answers one of the given options' letters, or nothing, and never raises."""
+    from scaffold.answers._option_text import closest_option, option_features
+
+    letters = "ABCDE"[: len(choices)]
+    found = closest_option(option_features(dict(zip(letters, choices))), text)
+    assert found is None or found in letters
+    assert ChoiceAnswer(choices=tuple(choices)).extract(text) in (None, *letters)
+
+
 def test_numbered_options_read_a_qualified_answer_word_before_the_number() -> None:
     numbered = ChoiceAnswer(numbered=True)
     assert numbered.extract("La respuesta correcta es 3") == "C"

@@ -43,6 +43,7 @@ from typing import Any
 from scaffold._answers import as_number
 from scaffold._errors import AnswerKindError
 from scaffold.answers._kind import AnswerKind, register_kind
+from scaffold.answers._option_text import closest_option, option_features
 
 _CAPITALS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 LETTERS = "ABCDEFGHIJ"
@@ -327,6 +328,7 @@ class ChoiceAnswer(AnswerKind):
     numbered: bool = False
     _options: Mapping[str, str] = field(init=False, repr=False, compare=False, hash=False)
     _words: Mapping[str, str] = field(init=False, repr=False, compare=False, hash=False)
+    _features: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False, hash=False)
 
     name = "choice"
     inputs = ("choices",)
@@ -346,6 +348,8 @@ class ChoiceAnswer(AnswerKind):
         words = {_words(text).strip(): self.letters[i]
                  for i, text in enumerate(self.choices or ()) if i < len(self.letters)}
         object.__setattr__(self, "_words", words)
+        given = {self.letters[i]: text for i, text in enumerate(self.choices or ()) if i < len(self.letters)}
+        object.__setattr__(self, "_features", option_features(given, _clean))
 
     @property
     def instruction(self) -> str:
@@ -374,6 +378,9 @@ class ChoiceAnswer(AnswerKind):
     def _extract(self, text: str) -> str | None:
         """:meth:`extract` without its shortcut for a last line that only answers."""
         found = self._read(text)
+        if found is None and self._features:  # no choice stated: the option its conclusion paraphrases
+            marked = _clean(text)
+            found = None if _BOX in marked else closest_option(self._features, _TOKENS.sub(" ", marked))
         if found or self._options:
             return found or None
         listed = _listed_options(text)  # the text lists its own options: "the answer is green" can be read
