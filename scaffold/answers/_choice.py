@@ -328,7 +328,6 @@ class ChoiceAnswer(AnswerKind):
     numbered: bool = False
     _options: Mapping[str, str] = field(init=False, repr=False, compare=False, hash=False)
     _words: Mapping[str, str] = field(init=False, repr=False, compare=False, hash=False)
-    _features: Mapping[str, frozenset[str]] = field(init=False, repr=False, compare=False, hash=False)
 
     name = "choice"
     inputs = ("choices",)
@@ -348,8 +347,13 @@ class ChoiceAnswer(AnswerKind):
         words = {_words(text).strip(): self.letters[i]
                  for i, text in enumerate(self.choices or ()) if i < len(self.letters)}
         object.__setattr__(self, "_words", words)
+
+    @functools.cached_property
+    def _features(self) -> Mapping[str, frozenset[str]]:
+        """Each option's content words (:func:`option_features`), computed the first time the fallback needs them:
+        most texts state a letter, and :meth:`bind` builds a kind per row."""
         given = {self.letters[i]: text for i, text in enumerate(self.choices or ()) if i < len(self.letters)}
-        object.__setattr__(self, "_features", option_features(given, _clean))
+        return option_features(given, _clean)
 
     @property
     def instruction(self) -> str:
@@ -378,7 +382,7 @@ class ChoiceAnswer(AnswerKind):
     def _extract(self, text: str) -> str | None:
         """:meth:`extract` without its shortcut for a last line that only answers."""
         found = self._read(text)
-        if found is None and self._features:  # no choice stated: the option its conclusion paraphrases
+        if found is None and self.choices and self._features:  # no choice stated: the option its conclusion paraphrases
             marked = _clean(text)
             found = None if _BOX in marked else closest_option(self._features, _TOKENS.sub(" ", marked))
         if found or self._options:
