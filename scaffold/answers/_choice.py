@@ -35,6 +35,7 @@ its own options ("(A) red / (B) blue / ... The answer is blue.") is read against
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,8 +58,6 @@ only when its tail states none. (A first window of 400 characters read the whole
 _WRAPPERS = re.compile(r"\\(?:text|textbf|textit|texttt|mathrm|mathbf|mathit|mathsf|operatorname|emph|underline)"
                        r"\s*\{([^{}]*)\}")
 _BARE_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s+(?=[A-Za-z])")
-_MARK_CHARS = ("*", "_", "\\", "$", "`")
-"""Characters that start a mark of :data:`_MARKS` (a text without any has none)."""
 _MARKS = re.compile(r"\*\*|__|\\\(|\\\)|\\\[|\\\]|\$|`|\\displaystyle|\\left|\\right|\\quad|\\qquad|\\;|\\,|\\!")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _LETTER = r"[\(\[\{\"'“‘<]?\s*([A-Ja-j])\s*[\)\]\}\"'”’>]?"
@@ -224,8 +223,6 @@ _STARTS = {(script, named, bracketed, apostrophe): tuple(
     for script in (0, 1, 2) for named in (False, True) for bracketed in (False, True) for apostrophe in (False, True)}
 """The words to look for (and whether each needs a word boundary before it), by the text's :func:`_script`,
 whether it has an "option" or "choice", whether it has a bracket, and whether it has an apostrophe."""
-_ALLOWED = {key: frozenset(word for word, _ in words) for key, words in _STARTS.items()}
-""":data:`_STARTS` as sets of words, for filtering the places :func:`_cue_matcher` finds."""
 _EXAMPLE = re.compile(r"(?:例如|比如|例：|e\.\s?g\.|\beg\b|for\s+example|for\s+instance|such\s+as|\bformat\b)"
                       r"[^\n]{0,40}\Z", re.IGNORECASE)
 """An echoed instruction before a cue ("reply in the format Answer: X, e.g. Answer: A"): the cue is no choice."""
@@ -784,38 +781,47 @@ def _named_right(clean: str, stated: bool) -> list[tuple[int, str]]:
 
 
 def _cues(clean: str, low: str) -> list[re.Match[str]]:
-    """Every cue of a cleaned text (``low``: its lower case), in order."""
+    """Every cue of a cleaned text (``low``: its lower case), in order: the matches of :data:`_CUE`, left to right
+    and not overlapping, tried only where a cue word of the text's key starts (see :func:`_matches_at_words`)."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
         return list(_CUE.finditer(clean))
     key = (_script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)
-    matcher = _cue_matcher()
-    starts = _word_starts(low, _STARTS[key]) if matcher is None else _matched_starts(low, key, matcher)
-    starts.sort()
-    return _matches_at(_CUE, clean, starts, _CUE_AT)
+    matcher = _cue_matcher(key)
+    if matcher is None:
+        return _matches_at(_CUE, clean, sorted(_word_starts(low, _STARTS[key])), _CUE_AT)
+    automaton, patterns, bounded = matcher
+    found = automaton.find_matches_as_indexes(low, overlapping=True)
+    found.sort(key=_START)  # by where each word starts: no two start at one place (no cue word begins another)
+    out: list[re.Match[str]] = []
+    end = -1
+    for index, at, _ in found:  # what _matches_at does, in one loop over the automaton's finds
+        if at < end or (bounded[index] and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
+            continue
+        m = patterns[index].match(clean, at)
+        if m is not None:
+            out.append(m)
+            end = m.end()
+    return out
+
+
+_START = operator.itemgetter(1)
+"""Where a find of the automaton starts (it gives the word's index, its start and its end)."""
 
 
 @functools.cache
-def _cue_matcher() -> Any:
-    """One Aho-Corasick automaton of every cue word (``ahocorasick_rs``): it finds every place where any of them
-    starts in one pass over a text, where a substring search per word takes about thirty (``None`` where the
-    package does not import: the words are searched for one by one, with the same result)."""
+def _cue_matcher(key: tuple[int, bool, bool, bool]) -> tuple[Any, tuple[re.Pattern[str], ...], tuple[bool, ...]] | None:
+    """An Aho-Corasick automaton (``ahocorasick_rs``) of the cue words of ``_STARTS[key]``, with each word's part of
+    :data:`_CUE` (:data:`_CUE_AT`) and whether it is bounded: it finds every place where any of them starts in one
+    pass over a text, where a substring search per word takes about thirty (``None`` where the package does not
+    import: the words are searched for one by one, with the same result). One per key, built when first needed: a
+    text's automaton holds only the words worth finding in it."""
     try:
         import ahocorasick_rs
     except ImportError:
         return None
-    return ahocorasick_rs.AhoCorasick(list(_CUE_WORDS))
-
-
-def _matched_starts(low: str, key: tuple[int, bool, bool, bool], matcher: Any) -> list[tuple[int, str]]:
-    """The places :func:`_word_starts` finds for the words of ``_STARTS[key]``, found by ``matcher``
-    (:func:`_cue_matcher`): every place any cue word starts, overlapping, kept where its word is one of the key's
-    and, for a bounded one, where a word starts."""
-    allowed, words, starts = _ALLOWED[key], _CUE_WORDS, []
-    for index, at, _ in matcher.find_matches_as_indexes(low, overlapping=True):
-        word = words[index]
-        if word in allowed and not (word in _BOUNDED and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
-            starts.append((at, word))
-    return starts
+    words = _STARTS[key]
+    return (ahocorasick_rs.AhoCorasick([word for word, _ in words]), tuple(_CUE_AT[word] for word, _ in words),
+            tuple(bounded for _, bounded in words))
 
 
 def _word_starts(low: str, words: Sequence[tuple[str, bool]]) -> list[tuple[int, str]]:
@@ -920,8 +926,9 @@ _WRAPPER_DEPTH = 8
 """Wrappers nested deeper than this (``\\text{\\text{...}}``) are left as they are: unwrapping costs a pass each."""
 _CIRCLED = "①②③④⑤⑥⑦⑧⑨⑩"
 """Circled numbers, as Korean and Japanese exams number their options: each is its option's letter."""
-_WIDE: dict[int, str | int | None] = {**str.maketrans("（）：［］【】「」『』｢｣．", "():[][][][][]."),
-         **{ord(number): f"({LETTERS[i]})" for i, number in enumerate(_CIRCLED)}}
+_WIDE = {**dict(zip("（）：［］【】「」『』｢｣．", "():[][][][][].", strict=True)),
+         **{number: f"({LETTERS[i]})" for i, number in enumerate(_CIRCLED)}}
+"""Wide marks as ASCII ones, and circled numbers as their options' bracketed letters."""
 _ESCAPED_NEWLINE = re.compile(r"\\n(?![a-z])")
 """An escaped newline left in a text, not the start of a LaTeX command (``\\neq``, ``\\nabla``)."""
 _WIDE_CHARS = re.compile(f"[（）：［］【】「」『』｢｣．{_CIRCLED}]")
@@ -1061,15 +1068,22 @@ def _clean(text: str) -> str:
     text = text.replace(_BOX, " ")
     if "\\n\\n" in text:  # a text stored with its newlines escaped (a JSON dump): its lines back
         text = _ESCAPED_NEWLINE.sub("\n", text.replace("\\n\\n", "\n\n"))
-    if not text.isascii() and _WIDE_CHARS.search(text):  # translating is slow: only where there is a wide mark
-        text = text.translate(_WIDE)
+    if not text.isascii() and (wide := _WIDE_CHARS.findall(text)):  # each wide mark found, replaced (a translation
+        for char in set(wide):  # of every character is slower; what replaces one is ASCII, so the order is free)
+            text = text.replace(char, _WIDE[char])
     if "\\" in text:  # LaTeX: boxes marked, wrappers unwrapped (nested ones too)
         text = _BOXED.sub(_BOX + "{", text)
         previous, depth = None, 0
         while previous != text and depth < _WRAPPER_DEPTH:  # nested ones too, up to a depth
             previous, text, depth = text, _WRAPPERS.sub(r"\1", text), depth + 1
         text = _BARE_WRAPPER.sub("", text)  # "\text A": a wrapper without braces
-    return _MARKS.sub("", text) if any(mark in text for mark in _MARK_CHARS) else text
+    return _MARKS.sub("", text) if _has_marks(text) else text
+
+
+def _has_marks(text: str) -> bool:
+    """Whether a text may hold a mark of :data:`_MARKS`: each mark holds one of these (a bullet's "*" or a name's "_"
+    alone holds none)."""
+    return "**" in text or "\\" in text or "$" in text or "__" in text or "`" in text
 
 
 _PUNCTUATION = re.compile(r"[\s.,;:!?'\"()\[\]{}]+|\\sim|\\approx|~|≈")
