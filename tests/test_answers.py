@@ -393,6 +393,10 @@ def _cues_by_every_word(clean: str, low: str) -> list[tuple[int, int]]:
 
 @settings(max_examples=600, deadline=None)
 @example("So it's (B).")
+@example("Options:\n 2: Thymoma")
+@example("3) Thymoma")
+@example("_**_ *__* *$* `**` $**$ \\(A\\) **B**")
+@example("Not (A); it isn't B, we can't rule out C. Nothing is wrong. Inc. Knot. All options are correct.")
 @example("That is 4, which is option B.")
 @example("I'll choose C, and we'd pick (D) = option E.")
 @example("The answer is not (A), which is option B. 【答案】 选 C")
@@ -414,6 +418,17 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     clean = c._clean(text).replace(c._BOX, " ")
     low = clean.lower()
     assert [m.span() for m in c._cues(clean, low)] == _cues_by_every_word(clean, low)
+    given = c._GIVEN_NUMBER_FIRST.match(text) or c._GIVEN_NUMBER_AFTER.search(text)
+    assert (given and given.span(1)) == ((m := c._GIVEN_NUMBER.search(text)) and m.span(1))
+    scan = c._scan(clean, low)  # the words looked for in the same pass, where the automaton ran
+    starts = [at for word in c._FIRST_WORDS for at in range(len(low)) if low.startswith(word, at)]
+    assert scan.first in (None, max(starts, default=-1))
+    examples = c._EXAMPLE_WORDS[not low.isascii()]
+    if scan.examples is not None:
+        assert sorted(set(scan.examples)) == sorted({(at, at + len(word)) for word in examples
+                                                      for at in range(len(low)) if low.startswith(word, at)})
+    for start in range(0, len(low) + 1, 7):
+        assert scan.example_between(low, start, start + 60) == c._contains(low[start: start + 60], examples)
     if len(low) == len(clean):  # the cue words found by one automaton, as by a substring search per word
         key = (c._script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)
         scanned = c._matches_at(c._CUE, clean, sorted(c._word_starts(low, c._STARTS[key])), c._CUE_AT)
@@ -429,6 +444,8 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     count = next((i for i, letter in enumerate(letters) if letter != "ABCDEFGHIJ"[i]), len(letters))
     assert c._listed_options(text) == (tuple(listed[x] for x in "ABCDEFGHIJ"[:count]) if count >= 2 else None)
     assert c._denies(text) == (c._DENIED.search(text) is not None)
+    every_right = re.compile(r"\ball" + c._ALL_RIGHT.pattern.removeprefix(r"a(?<!\wa)ll"), re.IGNORECASE)
+    assert [m.span() for m in c._ALL_RIGHT.finditer(text)] == [m.span() for m in every_right.finditer(text)]
     assert c._contains(low, c._EXAMPLE_WORDS[True]) == any(word in low for word in c._EXAMPLE_WORDS[True])
     if not low.isascii():
         assert c._contains(low, c._EXAMPLE_WORDS[True]) == c._contains(low, c._EXAMPLE_WORDS[not low.isascii()])
@@ -437,8 +454,8 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
         pieces = [part for part in re.split(r"(?<=[.!?。])\s+(?=\S)", line) if part.strip()]
         assert c._last_sentence(line) == (pieces[-1] if pieces else line)
     assert c._clean(text) == c._clean(text.translate(str.maketrans(c._WIDE)))
-    if not c._has_marks(text):  # no mark to take away: the regex would take none
-        assert c._MARKS.sub("", text) == text
+    for marked in (text, text.replace("(", "**").replace(")", "_"), text.replace("A", "$").replace("B", "*")):
+        assert c._strip_marks(marked) == c._MARKS.sub("", marked)  # the marks taken away as the regex takes them
 
 
 def test_no_cue_word_begins_another() -> None:

@@ -39,7 +39,7 @@ import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from scaffold._answers import as_number
 from scaffold._errors import AnswerKindError
@@ -241,11 +241,12 @@ _NONE_AFTER = re.compile(
 """After "answer": a statement that no option is the answer ("the answer is none of the above"), or that it is one
 of several ("the answer is either (B) or (D)": whatever else the line states)."""
 _ALL_RIGHT = re.compile(
-    r"\ball\s+(?:(?:of\s+)?the\s+)?(?:two\s+|three\s+|four\s+|five\s+|given\s+)?(?:options|statements|choices|answers)\b"
+    r"a(?<!\wa)ll\s+(?:(?:of\s+)?the\s+)?(?:two\s+|three\s+|four\s+|five\s+|given\s+)?(?:options|statements|choices|answers)\b"
     r"[^.\n]{0,60}?\b(?:are|were)\s+(?:all\s+)?(?:correct|true|right|valid)\b(?![^.\n]{0,40}\b(?:except|but)\b)",
     re.IGNORECASE)
 """A last line saying every option is right ("Therefore, all statements (A), (B), (C) and (D) are correct."): no
-single choice (not "all options are correct except C")."""
+single choice (not "all options are correct except C"). (A word's start is checked after its "a": a regex that opens
+with a character is scanned for fast.)"""
 _LETTER_BEFORE = re.compile(r"[A-J][ \t]*[.．、:：)][ \t]*\Z")
 """An option's letter just before a statement (its text, not the writer's)."""
 _NONE_CJK = re.compile(r"以上(?:选项)?(?:都|均)(?:不|错)|都不(?:对|正确)|无法(?:确定|判断|选择)"
@@ -256,6 +257,9 @@ _LISTED = re.compile(r"(?<![A-Za-z])(?:\(([A-J])\)|([A-J])(?=[).,;:]|\s+(?:and|o
 _JA_RIGHT = re.compile(r"(?<![A-Za-z])([A-Ja-j])\s*[:：.．)]\s*[^。\n\]]{0,40}\]?\s*(?:が|は)\s*"
                        r"(?:最も|正解|正しい|適切)")
 """A Japanese statement that an option is right: "d: 腎盂腎炎 が最も考えられます"."""
+_JA_WORDS = ("最も", "正解", "正しい", "適切")
+"""The words :data:`_JA_RIGHT` needs, looked for before it is tried (after their first characters: a search for one
+character is fast in a text of Chinese or Japanese script, one for two is not)."""
 _PLEASANTRY = re.compile(r"\s*(?:I\s+hope\s+(?:this|that|it)\s+helps|hope\s+this\s+helps|let\s+me\s+know|feel\s+free|"
                          r"if\s+you\s+have\s+any\s+(?:other|more|further)|good\s+luck)", re.IGNORECASE)
 """A closing courtesy line, passed over when looking for a text's last statement."""
@@ -450,10 +454,10 @@ class ChoiceAnswer(AnswerKind):
                 found(start, self._as_choice(content))
         low = clean.lower()
         wide = not low.isascii()  # a text with no other script skips the checks for Chinese and Japanese forms
-        examples = _EXAMPLE_WORDS[wide]
-        for m in reversed(_cues(clean, low)[-_CUES_TRIED:]):  # the last cue stating a choice is the one that counts
+        scan = _scan(clean, low)
+        for m in reversed(scan.cues[-_CUES_TRIED:]):  # the last cue stating a choice is the one that counts
             before = max(0, m.start() - 60)  # an echoed example's words come just before its cue
-            if not (_contains(low[before: m.start()], examples) and _EXAMPLE.search(clean, before, m.start())):
+            if not (scan.example_between(low, before, m.start()) and _EXAMPLE.search(clean, before, m.start())):
                 letter = self._after_cue(clean, m.end(), made=low.startswith(_MADE, m.start()))
                 if letter is not None:
                     found(m.start(), letter)
@@ -461,9 +465,9 @@ class ChoiceAnswer(AnswerKind):
         for m in _CJK_RIGHT.finditer(clean, 0 if best is None else best[0]) if wide and "选项" in clean else ():
             letter = m.group(1) or m.group(2)
             found(m.start(), letter if letter in self.letters else None)
-        for at, letter in self._said_right(clean, None if best is None else best[0]):
+        for at, letter in self._said_right(clean, None if best is None else best[0], scan.first):
             found(at, letter)
-        if wide and _contains(clean, ("最も", "正解", "正しい", "適切")):
+        if wide and ("最" in clean or "正" in clean or "適" in clean) and _contains(clean, _JA_WORDS):
             for m in _JA_RIGHT.finditer(clean):
                 found(m.start(), m.group(1).upper() if m.group(1).upper() in self.letters else None)
         none_at = self._none_stated(clean, low)
@@ -471,12 +475,17 @@ class ChoiceAnswer(AnswerKind):
             return ""
         return None if best is None else best[1]
 
-    def _said_right(self, clean: str, after: int | None) -> list[tuple[int, str | None]]:
+    def _said_right(self, clean: str, after: int | None, first: int | None = None) -> list[tuple[int, str | None]]:
         """Letters said to be right after ``after`` (where the last choice so far was stated; ``None``: none was):
         "(D) is the correct answer"; where none was stated and none is said so, an option named with its text and
-        said to be right (weaker than a cue)."""
+        said to be right (weaker than a cue). ``first``: where the last word of :data:`_FIRST_WORDS` starts in the
+        text's lower case (:class:`_Scan`; ``None``: not known, looked for here)."""
         out: list[tuple[int, str | None]] = []
-        worded = _contains(clean, _FIRST_WORDS, after or 0) or _MOST_FITTING.search(clean, after or 0) is not None
+        if first is None:  # not known: looked for (in the text itself; any case is as good: the regexes decide)
+            worded = _contains(clean, _FIRST_WORDS, after or 0)
+        else:
+            worded = first >= (after or 0)
+        worded = worded or _MOST_FITTING.search(clean, after or 0) is not None
         if worded:  # only a later statement can change the choice
             for m in _FIRST.finditer(clean, after or 0):
                 if m.group(1) in self.letters and not (m.start() and clean[m.start() - 1].isalnum()):
@@ -780,28 +789,62 @@ def _named_right(clean: str, stated: bool) -> list[tuple[int, str]]:
     return out
 
 
+class _Scan(NamedTuple):
+    """What one pass of a key's automaton finds in a cleaned text (:func:`_scan`)."""
+
+    cues: list[re.Match[str]]
+    """Every cue, in order (:func:`_cues`)."""
+    first: int | None
+    """Where the last word of :data:`_FIRST_WORDS` starts in the text's lower case (-1: nowhere; ``None``: not looked
+    for, where the automaton was not used)."""
+    examples: list[tuple[int, int]] | None
+    """Where each word of :data:`_EXAMPLE_WORDS` (for the text's script) stands in its lower case (``None``: not
+    looked for)."""
+
+    def example_between(self, low: str, start: int, end: int) -> bool:
+        """Whether a word of :data:`_EXAMPLE_WORDS` stands in ``low[start:end]``."""
+        if self.examples is None:
+            return _contains(low[start:end], _EXAMPLE_WORDS[not low.isascii()])
+        return any(start <= at and stop <= end for at, stop in self.examples)
+
+
 def _cues(clean: str, low: str) -> list[re.Match[str]]:
     """Every cue of a cleaned text (``low``: its lower case), in order: the matches of :data:`_CUE`, left to right
     and not overlapping, tried only where a cue word of the text's key starts (see :func:`_matches_at_words`)."""
+    return _scan(clean, low).cues
+
+
+def _scan(clean: str, low: str) -> _Scan:
+    """A text's cues (:func:`_cues`), and, in the same pass of the automaton, where the words the rest of the reading
+    looks for stand (:class:`_Scan`): a pass finds them all at once, where a substring search per word takes a pass
+    each."""
     if len(low) != len(clean):  # a character whose lower case is longer: positions would not agree
-        return list(_CUE.finditer(clean))
+        return _Scan(list(_CUE.finditer(clean)), None, None)
     key = (_script(low), "option" in low or "choice" in low, "(" in low or "[" in low, "'" in low)
     matcher = _cue_matcher(key)
     if matcher is None:
-        return _matches_at(_CUE, clean, sorted(_word_starts(low, _STARTS[key])), _CUE_AT)
-    automaton, patterns, bounded = matcher
+        return _Scan(_matches_at(_CUE, clean, sorted(_word_starts(low, _STARTS[key])), _CUE_AT), None, None)
+    automaton, patterns, bounded, first, example = matcher
     found = automaton.find_matches_as_indexes(low, overlapping=True)
-    found.sort(key=_START)  # by where each word starts: no two start at one place (no cue word begins another)
+    found.sort(key=_START)  # by where each word starts: no two cue words start at one place (none begins another)
     out: list[re.Match[str]] = []
-    end = -1
-    for index, at, _ in found:  # what _matches_at does, in one loop over the automaton's finds
+    examples: list[tuple[int, int]] = []
+    end = last_first = -1
+    for index, at, stop in found:  # what _matches_at does, in one loop over the automaton's finds
+        if first[index]:
+            last_first = at
+        pattern = patterns[index]
+        if pattern is None:  # a word looked for, no cue word
+            if example[index]:
+                examples.append((at, stop))
+            continue
         if at < end or (bounded[index] and at and (low[at - 1].isalnum() or low[at - 1] == "_")):
             continue
-        m = patterns[index].match(clean, at)
+        m = pattern.match(clean, at)
         if m is not None:
             out.append(m)
             end = m.end()
-    return out
+    return _Scan(out, last_first, examples)
 
 
 _START = operator.itemgetter(1)
@@ -809,19 +852,25 @@ _START = operator.itemgetter(1)
 
 
 @functools.cache
-def _cue_matcher(key: tuple[int, bool, bool, bool]) -> tuple[Any, tuple[re.Pattern[str], ...], tuple[bool, ...]] | None:
-    """An Aho-Corasick automaton (``ahocorasick_rs``) of the cue words of ``_STARTS[key]``, with each word's part of
-    :data:`_CUE` (:data:`_CUE_AT`) and whether it is bounded: it finds every place where any of them starts in one
-    pass over a text, where a substring search per word takes about thirty (``None`` where the package does not
-    import: the words are searched for one by one, with the same result). One per key, built when first needed: a
-    text's automaton holds only the words worth finding in it."""
+def _cue_matcher(key: tuple[int, bool, bool, bool]) -> tuple[Any, tuple[re.Pattern[str] | None, ...], tuple[bool, ...],
+                                                              tuple[bool, ...], tuple[bool, ...]] | None:
+    """An Aho-Corasick automaton (``ahocorasick_rs``) of the cue words of ``_STARTS[key]`` and of the words of
+    :data:`_FIRST_WORDS` and :data:`_EXAMPLE_WORDS` (for the key's script), with, for each word, its part of
+    :data:`_CUE` (:data:`_CUE_AT`; ``None`` for a word that opens no cue), whether it is bounded, whether it is a
+    word of :data:`_FIRST_WORDS` and whether one of :data:`_EXAMPLE_WORDS`. It finds every place where any of them
+    starts in one pass over a text, where a substring search per word takes about thirty (``None`` where the
+    package does not import: the words are searched for one by one, with the same result). One per key, built when
+    first needed: a text's automaton holds only the cue words worth finding in it."""
     try:
         import ahocorasick_rs
     except ImportError:
         return None
-    words = _STARTS[key]
-    return (ahocorasick_rs.AhoCorasick([word for word, _ in words]), tuple(_CUE_AT[word] for word, _ in words),
-            tuple(bounded for _, bounded in words))
+    cues = [word for word, _ in _STARTS[key]]
+    words = cues + [word for word in (*_FIRST_WORDS, *_EXAMPLE_WORDS[key[0] != 0]) if word not in cues]
+    bounded = dict(_STARTS[key])
+    return (ahocorasick_rs.AhoCorasick(words), tuple(_CUE_AT[word] if word in bounded else None for word in words),
+            tuple(bounded.get(word, False) for word in words), tuple(word in _FIRST_WORDS for word in words),
+            tuple(word in _EXAMPLE_WORDS[True] for word in words))
 
 
 def _word_starts(low: str, words: Sequence[tuple[str, bool]]) -> list[tuple[int, str]]:
@@ -949,6 +998,10 @@ _GIVEN_NUMBER = re.compile(r"(?:\A|[:：][ \t]*\n\s*)[ \t]*(10|[1-9])(?=[ \t]*[:
 """A number that opens a text's one line, or its last line after one that ends with a colon, followed by its option's
 text ("2: Thymoma", "3) Thymoma"; not "1. ...", which opens a numbered step as often): with numbered options, the
 option given (read as :data:`_GIVEN`)."""
+_GIVEN_NUMBER_FIRST = re.compile(_GIVEN_NUMBER.pattern.replace(r"(?:\A|[:：][ \t]*\n\s*)", "", 1))
+_GIVEN_NUMBER_AFTER = re.compile(_GIVEN_NUMBER.pattern.replace(r"(?:\A|[:：][ \t]*\n\s*)", r"[:：][ \t]*\n\s*", 1))
+r""":data:`_GIVEN_NUMBER` at the text's start (tried there only) and after a colon (a regex that opens with a character
+is scanned for fast; one that opens with ``\A`` or it is tried at every character)."""
 _RATIONALE = re.compile(r"\n[ \t#*>]*(?:rationale|explanation|reasoning|justification|explicaci[oó]n|explica[cç][aã]o"
                         r"|explication|begründung|açıklama|обоснование|解析|解释|理由)\b[ \t*]*[:：\n]", re.IGNORECASE)
 """A heading that opens a rationale after the answer ("\n\n###Rationale:", "Explanation:"): what comes before it is
@@ -1014,7 +1067,7 @@ def _numbers_as_letters(text: str, letters: str, numbered: bool) -> str:
         return text
     for pattern in (_ONLY_NUMBER, _BOXED_NUMBER) if "boxed" in text else (_ONLY_NUMBER,):
         text = pattern.sub(lambda m: m.group(1) + (letter(m.group(2)) or m.group(2)), text)
-    given = _GIVEN_NUMBER.search(text) or _ONE_NUMBERED_LINE.match(text)
+    given = _GIVEN_NUMBER_FIRST.match(text) or _GIVEN_NUMBER_AFTER.search(text) or _ONE_NUMBERED_LINE.match(text)
     if given is not None and (found := letter(given.group(1))) is not None:
         text = text[: given.start(1)] + found + text[given.end(1):]
     low = text.lower()
@@ -1077,13 +1130,21 @@ def _clean(text: str) -> str:
         while previous != text and depth < _WRAPPER_DEPTH:  # nested ones too, up to a depth
             previous, text, depth = text, _WRAPPERS.sub(r"\1", text), depth + 1
         text = _BARE_WRAPPER.sub("", text)  # "\text A": a wrapper without braces
-    return _MARKS.sub("", text) if _has_marks(text) else text
+    return _strip_marks(text)
 
 
-def _has_marks(text: str) -> bool:
-    """Whether a text may hold a mark of :data:`_MARKS`: each mark holds one of these (a bullet's "*" or a name's "_"
-    alone holds none)."""
-    return "**" in text or "\\" in text or "$" in text or "__" in text or "`" in text
+def _strip_marks(text: str) -> str:
+    """A text without the marks of :data:`_MARKS` (what ``_MARKS.sub("", text)`` gives), found fast: none where the
+    text holds no character or pair a mark needs (a bullet's "*" or a name's "_" alone is none), and, without a
+    backslash, by plain replacements. Those agree with the regex where they run: its marks are then "**", "__",
+    "$" and "`", of different characters, each found left to right as a replacement finds it; "$" and "`" go last
+    (taking one away may join two "*" into a pair the regex never sees), and "**" and "__" are not both taken away
+    where a text has "**" and any "_" (taking "**" out of "_**_" would join a pair the regex never sees)."""
+    if not ("**" in text or "\\" in text or "$" in text or "__" in text or "`" in text):
+        return text
+    if "\\" in text or ("**" in text and "_" in text):
+        return _MARKS.sub("", text)
+    return text.replace("**", "").replace("__", "").replace("$", "").replace("`", "")
 
 
 _PUNCTUATION = re.compile(r"[\s.,;:!?'\"()\[\]{}]+|\\sim|\\approx|~|≈")
