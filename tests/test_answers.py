@@ -375,6 +375,16 @@ PIECES = st.sampled_from([
 sentence ends, denials, echoed examples, other scripts and characters whose case changes length."""
 
 
+def _plain_by_definition(text: str) -> str:
+    """What ``_plain`` gives, every text tried as a number."""
+    from scaffold._answers import as_number
+    from scaffold.answers._choice import _PUNCTUATION, _clean
+
+    clean = _clean(text).strip().rstrip(".").replace("\\pi", "π").replace("−", "-")
+    value = as_number(clean.replace("$", "").replace(" ", ""))
+    return f"#{value}" if value is not None else _PUNCTUATION.sub("", clean.lower())
+
+
 def _cues_by_every_word(clean: str, low: str) -> list[tuple[int, int]]:
     """The definition the fast search of cues keeps: the cue regex tried wherever any cue word starts."""
     from scaffold.answers._choice import _CUE, _CUE_WORDS
@@ -393,6 +403,10 @@ def _cues_by_every_word(clean: str, low: str) -> list[tuple[int, int]]:
 
 @settings(max_examples=600, deadline=None)
 @example("So it's (B).")
+@example("Done.. Next. . Then!\u3000Last?  ")
+@example(" $-1,234$ ")
+@example("\\frac{3}{4}")
+@example(".5.")
 @example("Options:\n 2: Thymoma")
 @example("3) Thymoma")
 @example("_**_ *__* *$* `**` $**$ \\(A\\) **B**")
@@ -420,6 +434,8 @@ def test_the_choice_kinds_shortcuts_agree_with_their_definitions(text: str) -> N
     assert [m.span() for m in c._cues(clean, low)] == _cues_by_every_word(clean, low)
     given = c._GIVEN_NUMBER_FIRST.match(text) or c._GIVEN_NUMBER_AFTER.search(text)
     assert (given and given.span(1)) == ((m := c._GIVEN_NUMBER.search(text)) and m.span(1))
+    assert c._sentences(text) == c._SENTENCES.split(text)
+    assert c._plain(text) == _plain_by_definition(text)
     scan = c._scan(clean, low)  # the words looked for in the same pass, where the automaton ran
     starts = [at for word in c._FIRST_WORDS for at in range(len(low)) if low.startswith(word, at)]
     assert scan.first in (None, max(starts, default=-1))

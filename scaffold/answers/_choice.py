@@ -157,6 +157,10 @@ _BRACKETED_OPTION = re.compile(r"\s*[\(\[]\s*([A-J])\s*[\)\]]\s*[^()\[\]]{1,80}"
 _BOLD = re.compile(r"\*\*([^*\n]{1,200})\*\*")
 _FIRST_PHRASE = re.compile(r"\s*([^,.;:!?\n]{1,60})(?:[,.;:!?]|\s*$)")
 _SENTENCES = re.compile(r"(?<=[.!?。])\s+")
+"""Where one sentence ends and the next starts (the space after a full stop); :func:`_sentences` splits at it."""
+_SENTENCE_GAP = re.compile(r"[.!?。]\s+")
+"""A full stop and the space after it: :data:`_SENTENCES` with its full stop (a regex that opens with a character is
+scanned for fast; one that opens by looking behind is tried at every character)."""
 _LIST_ITEM = re.compile(r"\s*(?:[-*•+]|\d{1,2}[.)])\s*")
 _SENTENCE_END = re.compile(r"(?<=[^\d])[.。;\n]|[.。;](?:\s|$)|\n")
 _ONLY_LETTER = re.compile(r"(?:(?:option|choice|answer)\s*[:：]?\s*)?[\(\[]?\s*([A-Ja-j])\s*[\)\]]?\s*[.:]?",
@@ -683,7 +687,7 @@ class ChoiceAnswer(AnswerKind):
         first = _FIRST_PHRASE.match(lines[0])
         if first is not None and (letter := self._options.get(_plain(first.group(1)))) is not None:
             return letter
-        sentences = [part for part in _SENTENCES.split(lines[-1].strip()) if part.strip()]
+        sentences = [part for part in _sentences(lines[-1].strip()) if part.strip()]
         for sentence in reversed(sentences[-3:]):  # the last sentences that name an option ("... So" ends some)
             named = self._named_in(sentence)
             if named:
@@ -805,7 +809,10 @@ class _Scan(NamedTuple):
         """Whether a word of :data:`_EXAMPLE_WORDS` stands in ``low[start:end]``."""
         if self.examples is None:
             return _contains(low[start:end], _EXAMPLE_WORDS[not low.isascii()])
-        return any(start <= at and stop <= end for at, stop in self.examples)
+        for at, stop in self.examples:
+            if start <= at and stop <= end:
+                return True
+        return False
 
 
 def _cues(clean: str, low: str) -> list[re.Match[str]]:
@@ -930,6 +937,17 @@ def _denies(text: str) -> bool:
                 or "eliminat" in low or "rule" in low or "except" in low):
             return False
     return _DENIED.search(text) is not None
+
+
+def _sentences(text: str) -> list[str]:
+    """A text split into its sentences, each with its full stop (``_SENTENCES.split(text)``, by
+    :data:`_SENTENCE_GAP`)."""
+    parts, done = [], 0
+    for m in _SENTENCE_GAP.finditer(text):
+        parts.append(text[done: m.start() + 1])
+        done = m.end()
+    parts.append(text[done:])
+    return parts
 
 
 def _last_sentence(line: str) -> str:
@@ -1156,11 +1174,16 @@ def _words(text: str) -> str:
     return f" {' '.join(_PUNCTUATION.sub(' ', plain).split())} "
 
 
+_NUMBER_STARTS = "-.0123456789\\"
+"""How a number :func:`~scaffold._answers.as_number` reads may open ("-0.5", ".5", "3/4", "\\frac{3}{4}")."""
+
+
 def _plain(text: str) -> str:
     """An option text for matching: markup gone, lower case, no spaces or punctuation; a plain number its value; the
     minus sign written as a hyphen ("(x − 4)" as "(x - 4)")."""
     clean = _clean(text).strip().rstrip(".").replace("\\pi", "π").replace("−", "-")
-    value = as_number(clean.replace("$", "").replace(" ", ""))
+    compact = clean.replace("$", "").replace(" ", "")
+    value = as_number(compact) if compact[:1] in _NUMBER_STARTS else None  # a text that opens otherwise is no number
     if value is not None:
         return f"#{value}"
     return _PUNCTUATION.sub("", clean.lower())
