@@ -243,6 +243,26 @@ def test_choice_reads_turkish_and_indonesian_cues_json_keys_and_answers_that_are
     assert ChoiceAnswer().extract(text) == letter
 
 
+@pytest.mark.parametrize(("text", "letter"), [
+    ("**Conclusion:** Option A is the only statement that is universally false.", "A"),  # a conclusion, as a cue
+    ("Conclusion: E correctly summarizes the findings.", "E"),
+    ("Conclusión: la B.", "B"),
+    ("Conclusion: A patient with these signs needs imaging. The answer is (D).", "D"),  # "A": an article
+    ("**Conclusion:**\nGiven the location of pain, the fracture is displaced.", None),  # prose: no letter
+    ("A resposta correta é a B.", "B"),  # Portuguese and Spanish: an article before the letter
+    ("La respuesta correcta es la C, porque ...", "C"),
+    ("La respuesta es A.", "A"),
+    ("A:紧急避险行为，不承担刑事责任。\n\n根据《刑法》第二十一条规定，……", "A"),  # option A given first
+    ("A:紧急避险行为;B:意外事件;C:过失致人死亡罪", None),  # ... the options listed
+    ("……\n\n综上所述，选项A是不正确的，因为人权与法律权利在内容上并不一致。", "A"),  # a Chinese conclusion
+    ("……\n\n综上所述，因为公约规定了最低保护标准，因此C项描述是错误的。", "C"),
+    ("……\n\n综上所述，A项和B项都不正确。", None),  # names two
+])
+def test_choice_reads_conclusions_articles_before_letters_and_chinese_conclusions(text: str,
+                                                                                 letter: str | None) -> None:
+    assert ChoiceAnswer().extract(text) == letter
+
+
 def test_an_option_written_with_a_minus_sign_matches_the_same_text_written_with_a_hyphen() -> None:
     kind = ChoiceAnswer(choices=("(x − 2)(x + 2)(x − 1)", "(x + 1)(x + 4)(x − 2)", "(x + 1)(x − 4)(x − 2)"))
     assert kind.extract('{"answer": "(x + 1)(x - 4)(x - 2)}"') == "C"

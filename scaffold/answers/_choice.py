@@ -5,15 +5,16 @@ A text states a choice in three ways, strongest first:
 - **a boxed choice**: ``\boxed{B}``, ``\boxed{(A) 54}``, ``\boxed{\text{(B) } \sim 0.36}``, or, when the row's
   options are known, a boxed option text (``\boxed{0.36}``);
 - **a cue**: "the answer is (B)", "Answer: C", "the correct option is **(A)**", "I'll go with D", "Option C is
-  correct", "答案是 B", "故选C", "정답: C", "Resposta: D", "La respuesta correcta es (B)", "Die richtige Antwort ist
-  C", "Правильный ответ: B", "Đáp án: C"; when the options are known, a cue followed by an option's text ("the
-  answer is 54") counts too;
+  correct", "Conclusion: Option B ...", "答案是 B", "故选C", "정답: C", "Resposta: D", "A resposta correta é a B", "La
+  respuesta correcta es (B)", "Die richtige Antwort ist C", "Правильный ответ: B", "Đáp án: C"; when the options are
+  known, a cue followed by an option's text ("the answer is 54") counts too;
 - **a line that is only a choice**: ``**(C)**`` alone on a line; or a last line that gives an option, letter and
   text ("C: The observed number of deaths"), as the whole text or after a line introducing it with a colon;
 - **a last sentence naming one option**, when nothing above states a choice: "So the right pick here is B.",
   "Respuesta: B", "Among the options, C is the only one that fits." (a sentence that denies, names two letters,
   weighs options one per line or is cut off mid-sentence states nothing; "A" as an article and "I" as a pronoun
-  are no letters).
+  are no letters); or a last line that opens with a Chinese conclusion and names one option, even to deny it, as a
+  question asking for the wrong statement is answered: "综上所述，选项A是不正确的，因为...".
 
 Markdown and LaTeX wrappers (``**``, ``$``, ``\text{}``, ``\textbf{}``, ``\mathrm{}``) are read through. The
 choice is the last boxed choice or cue in the text (a text that reconsiders ends with its final choice), else its
@@ -80,8 +81,10 @@ _CUE_BRANCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"=\s*(?=(?:option|choice)\s)", ("=",)),
     (r"\bwhich\s+is\s+(?=(?:option|choice)\s)", ("which",)),
     (r"\bresponse[\"'”]?\s*[:：]", ("resp",)),
+    (r"\bconclus(?:ion|ión|ão)\s*[:：]", ("conclus",)),
     (r"\b(?:resposta|respuesta|réponse|antwort)(?:\s+(?:correta|correcta|incorreta|incorrecta|certa|final|finale|correcte"
-     r"|incorrecte|richtige|falsche))?\s*(?:é|es|est|ist|:|：|-|–)?", ("resp", "réponse", "antwort")),
+     r"|incorrecte|richtige|falsche))?\s*(?:é|es|est|ist|:|：|-|–)?(?:\s*(?:a|o|la|el)\s+(?=[\(\[]?[A-J](?!\w)))?",
+     ("resp", "réponse", "antwort")),
     (r"\b(?:правильный\s+)?ответ\s*(?:[:：\-–—]|это)?", ("ответ",)),
     (r"\b(?:cevap|yanıt|seçenek)(?:ım)?\s*[:：]", ("cevap", "yanıt", "seçenek")),
     (r"उत्तर\s*(?:विकल्प\s*)?(?:है\s*)?[:：]?", ("उत्तर",)),
@@ -176,6 +179,13 @@ _LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|
                       r"|(?<=[A-J])[。、，]?(?![项項選选])[\u3400-\u9fff])", re.IGNORECASE)
 """A text that opens with its choice, answer first: "c (retinal photocoagulation)", "b. add heparin", "d\n...",
 "C。两颗星的线速度...", "A解析：..." (a capital followed by Chinese or Japanese text, not "A项", option A)."""
+_CJK_CONCLUSION = re.compile(r"[ \t*#>]*(?:综上所述|综上|总之|总而言之|因此|所以)")
+"""A Chinese conclusion opening a line ("综上所述", "总之", "因此")."""
+_CJK_OPTION_NAMED = re.compile(r"选项\s*([A-J])(?![A-Za-z])|(?<![A-Za-z])([A-J])\s*选?项")
+"""An option named in Chinese: "选项A", "A项", "A选项"."""
+_LEADING_GIVEN = re.compile(r"\s*([A-J])[:：](?=[\u3400-\u9fff])")
+"""A text that opens with an option, letter and Chinese or Japanese text: "A:紧急避险行为，不承担刑事责任。..." (the
+option given first, then why; not when another option follows, as in a listing "A:...;B:...")."""
 _DENIED = re.compile(r"\b(?:not|n't|no|wrong|incorrect|false|eliminate[sd]?|rule[sd]? out|except)\b|不|错误|非",
                      re.IGNORECASE)
 _BRACKETED = re.compile(r"[\(\[]\s*([A-Ja-j])\s*[\)\]]")
@@ -186,7 +196,7 @@ _MOST_FITTING = re.compile(r"most\s+[a-z]+\s+(?:choice|answer|option)\b")
 """What the "the most ADJ choice" branch of :data:`_FIRST` needs (a literal scan for "most" first: cheap)."""
 _RIGHT_WORDS = ("correct", "right", "best", "true", "accurate")
 """The words the first branch of :data:`_NAMED_RIGHT` needs."""
-_CUE_WORDS = ("ans", "correct", "incorrect", "mak", "leav",
+_CUE_WORDS = ("ans", "correct", "incorrect", "mak", "leav", "conclus",
               "right", "best", "final", "closest", "most", "option", "choice", "resp", "it",
               "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "=", "答案", "选", "是", "回答", "答え",
               "正解", "正しい", "適切", "정답", "<answer", "(answer", "(x)", "only", "which", "antwort", "réponse",
@@ -197,7 +207,7 @@ _CUE_AT = {word: re.compile("(?:" + "|".join(branch for branch, starts in _CUE_B
                             + _CUE_END, re.IGNORECASE) for word in _CUE_WORDS}
 """For each cue word, :data:`_CUE` with only the ways a cue opens with that word (in the same order): the same
 match where the word starts, without trying the twenty other ways (a third of the time)."""
-_BOUNDED = frozenset(("ans", "correct", "incorrect", "mak", "leav",
+_BOUNDED = frozenset(("ans", "correct", "incorrect", "mak", "leav", "conclus",
                       "right", "best", "final", "closest", "most", "option", "choice", "resp",
                       "it", "i ", "i'", "we ", "we'", "therefore", "thus", "hence", "so", "only", "which", "antwort",
                       "réponse", "ответ", "đáp", "cevap", "yanıt", "seçenek", "jawa", "उत्तर"))
@@ -434,7 +444,7 @@ class ChoiceAnswer(AnswerKind):
             return verdict
         return (self._bold_option(text) or self._last_bracketed(tail)
                 or self._leading(_after_thinking(clean)) or self._only_bracketed(clean) or self._judged_option(lines)
-                or self._final_letter(line, tail.strip()))
+                or self._final_letter(line, tail.strip()) or self._concluded(line))
 
     def key(self, answer: str) -> str | None:
         """The letter an answer (or a reference) names: a letter, ``(B) 54``, or an option's text."""
@@ -661,9 +671,19 @@ class ChoiceAnswer(AnswerKind):
         letter = letters.pop()
         return letter if letter in self.letters else None
 
+    def _concluded(self, line: str) -> str | None:
+        """The one option a last line that opens with a Chinese conclusion names: "综上所述，选项A是不正确的，因为...",
+        "综上所述，……因此C项描述是错误的。" (what a question asking for the wrong statement is answered with)."""
+        if line.isascii() or _CJK_CONCLUSION.match(line) is None:
+            return None
+        named = {a or b for a, b in _CJK_OPTION_NAMED.findall(line)}
+        return named.pop() if len(named) == 1 and next(iter(named)) in self.letters else None
+
     def _leading(self, clean: str) -> str | None:
         """The choice a text opens with, when it states none later: "c (retinal photocoagulation)"."""
         m = _LEADING.match(clean)
+        if m is None and (m := _LEADING_GIVEN.match(clean)) is not None and _ANOTHER_OPTION.search(clean, m.end()):
+            return None  # "A:...;B:...": the options listed, none chosen
         return m.group(1).upper() if m and m.group(1).upper() in self.letters else None
 
     def _bold_option(self, text: str) -> str | None:
