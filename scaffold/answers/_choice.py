@@ -179,7 +179,7 @@ _LEADING = re.compile(r"\s*(?:answer\s*[:：]\s*)?\(?([A-Ja-j])\)?(?:[.:：)]\s|
                       r"|(?<=[A-J])[。、，]?(?![项項選选])[\u3400-\u9fff])", re.IGNORECASE)
 """A text that opens with its choice, answer first: "c (retinal photocoagulation)", "b. add heparin", "d\n...",
 "C。两颗星的线速度...", "A解析：..." (a capital followed by Chinese or Japanese text, not "A项", option A)."""
-_CJK_CONCLUSION = re.compile(r"[ \t*#>]*(?:综上所述|综上|总之|总而言之|因此|所以)")
+_CJK_CONCLUSION = re.compile(r"[ \t*#>]*(?:综上|总之|总而言之|因此|所以)")
 """A Chinese conclusion opening a line ("综上所述", "总之", "因此")."""
 _CJK_OPTION_NAMED = re.compile(r"选项\s*([A-J])(?![A-Za-z])|(?<![A-Za-z])([A-J])\s*选?项")
 """An option named in Chinese: "选项A", "A项", "A选项"."""
@@ -597,7 +597,7 @@ class ChoiceAnswer(AnswerKind):
         if _denies(tail):  # "The answer is not (A).", "(B) is wrong."
             return None
         letters = {m.upper() for m in _BRACKETED.findall(tail)}
-        return letters.pop() if len(letters) == 1 and next(iter(letters)) in self.letters else None
+        return self._only(letters)
 
     def _only_bracketed(self, clean: str) -> str | None:
         """The one bracketed letter a text names at all, in a sentence that does not deny it: "... helps decrease
@@ -623,7 +623,7 @@ class ChoiceAnswer(AnswerKind):
             m = _OPTION_VERDICT.match(line)
             if m is not None:
                 right.add(m.group(1))
-        return right.pop() if len(right) == 1 and next(iter(right)) in self.letters else None
+        return self._only(right)
 
     def _before_rationale(self, clean: str, listed: bool) -> str | None:
         """The choice given alone (:meth:`_alone`) just before a heading that opens its rationale: "... is:\n\nD.
@@ -671,13 +671,17 @@ class ChoiceAnswer(AnswerKind):
         letter = letters.pop()
         return letter if letter in self.letters else None
 
+    def _only(self, letters: set[str]) -> str | None:
+        """The one letter of ``letters`` when there is exactly one and it is one of this kind's, else ``None``."""
+        return next(iter(letters)) if len(letters) == 1 and next(iter(letters)) in self.letters else None
+
     def _concluded(self, line: str) -> str | None:
         """The one option a last line that opens with a Chinese conclusion names: "综上所述，选项A是不正确的，因为...",
         "综上所述，……因此C项描述是错误的。" (what a question asking for the wrong statement is answered with)."""
         if line.isascii() or _CJK_CONCLUSION.match(line) is None:
             return None
         named = {a or b for a, b in _CJK_OPTION_NAMED.findall(line)}
-        return named.pop() if len(named) == 1 and next(iter(named)) in self.letters else None
+        return self._only(named)
 
     def _leading(self, clean: str) -> str | None:
         """The choice a text opens with, when it states none later: "c (retinal photocoagulation)"."""
@@ -894,9 +898,9 @@ def _cue_matcher(key: tuple[int, bool, bool, bool]) -> tuple[Any, tuple[re.Patte
         return None
     cues = [word for word, _ in _STARTS[key]]
     words = cues + [word for word in (*_FIRST_WORDS, *_EXAMPLE_WORDS[key[0] != 0]) if word not in cues]
-    bounded = dict(_STARTS[key])
-    return (ahocorasick_rs.AhoCorasick(words), tuple(_CUE_AT[word] if word in bounded else None for word in words),
-            tuple(bounded.get(word, False) for word in words), tuple(word in _FIRST_WORDS for word in words),
+    cue_bounded = dict(_STARTS[key])  # each cue word, whether it is bounded
+    return (ahocorasick_rs.AhoCorasick(words), tuple(_CUE_AT[word] if word in cue_bounded else None for word in words),
+            tuple(cue_bounded.get(word, False) for word in words), tuple(word in _FIRST_WORDS for word in words),
             tuple(word in _EXAMPLE_WORDS[True] for word in words))
 
 

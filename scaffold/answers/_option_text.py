@@ -50,15 +50,16 @@ def features(text: str) -> frozenset[str]:
     """A text's features (its markup already read through): its content words of four letters or more (or with a
     digit), lower case, accents dropped, cut to six letters; and every pair of adjacent Chinese, Japanese or Korean
     characters."""
-    if text.isascii():  # no form to normalise, no accent to drop, no wide run
-        return frozenset(word[:6] for word in _WORD.findall(text.lower())
-                         if (len(word) >= 4 or any(c.isdigit() for c in word)) and word not in _STOP)
-    low = unicodedata.normalize("NFKC", text).lower()
     out: set[str] = set()
-    for run in _WIDE.findall(low):
-        out |= {run[i: i + 2] for i in range(len(run) - 1)} if len(run) > 1 else {run}
-    for word in _WORD.findall(_WIDE.sub(" ", low)):
-        if not word.isascii():
+    if text.isascii():  # no form to normalise, no wide run
+        low = text.lower()
+    else:
+        low = unicodedata.normalize("NFKC", text).lower()
+        for run in _WIDE.findall(low):
+            out |= {run[i: i + 2] for i in range(len(run) - 1)} if len(run) > 1 else {run}
+        low = _WIDE.sub(" ", low)
+    for word in _WORD.findall(low):
+        if not word.isascii():  # accents dropped
             word = "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c))
         if (len(word) >= 4 or any(c.isdigit() for c in word)) and word not in _STOP:
             out.add(word[:6])
